@@ -1,0 +1,411 @@
+"""Online distillation: serve a query stream with speculative decoding and distil the draft on it.
+
+The loop, one query per Trainer step (`OnlineDistillTrainer.training_step`):
+
+    serve   the query with SpeculativeDecoder(draft, target, gamma=--max_propose_num), keeping the
+            target's logits from verification;
+    buffer  the query: its tokens, the loss positions (where the target replaced a draft token, or
+            every generated token with --online_loss_positions all) and the target's logits there;
+    update  every --online_update_interval queries: ONE student forward per buffered sequence, the
+            --kl_method divergence at the loss positions against the buffered target logits (no
+            second teacher forward), backward, then Trainer's optimizer step; the buffer is cleared.
+
+Symbols: T prompt length, N generated tokens, W loss positions of a query, V vocabulary.
+
+Positions. For a decoder-only model the served sequence is S = prompt (T) + generated (N).
+Generated token i sits at S[T + i] and is predicted by the logits at position T + i - 1; the
+engine's `target_logits[i]` are those logits. The student's row for token i is therefore its
+logits at T + i - 1 (the reference code read position T + i, one off). For an encoder-decoder
+model the decoder input is [start] + generated[:-1] and row i predicts generated[i].
+
+Buffer and memory. Each buffered query keeps, on the CPU, its token ids and the target's logits
+at its W loss positions only, in float16 (clamped to +-6e4 so nothing overflows): 2*V bytes per
+loss position (64 KB for V = 32000). The buffer holds at most --online_update_interval queries
+per draft. The student's logits are recomputed at the update (they change between updates).
+
+Optimizer cadence. A Trainer step is one query (per-device batch size 1, gradient accumulation 1),
+so Trainer calls `optimizer.step()` after every query. Between updates no gradient exists
+(Trainer's `zero_grad` sets them to None), and torch optimizers skip parameters whose grad is
+None: no moment update, no weight decay, the draft is unchanged. LR schedules (warmup, decay)
+therefore count queries, not updates.
+
+Resume. A checkpoint also holds `online_state.json` (the per-query alpha history, what is logged,
+update counts and timings) and `online_buffer.pt` (the buffered queries), written before Trainer's
+own files, so `--resume_from_checkpoint` continues exactly where the run stopped: Trainer restores
+the draft, optimizer, scheduler and step, and skips the queries already served (the stream is read
+in order); this module restores the alpha history and the buffer, so a resumed run logs the same
+metrics as an uninterrupted one (the metrics callback drops entries logged after the checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import SequentialSampler
+from transformers import PreTrainedModel, Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+from osd.conversations import GROUP_FIELDS
+from osd.distill.losses import Divergence
+from osd.distill.trainer import DistillTrainer
+from osd.spec import SpecOutput, SpeculativeDecoder
+
+ONLINE_STATE_NAME = "online_state.json"
+ONLINE_BUFFER_NAME = "online_buffer.pt"
+SHARED_DRAFT = "shared"  # the buffer key when a single draft serves every query
+FLOAT16_MAX = 6.0e4
+
+
+@dataclass
+class BufferedQuery:
+    """One served query as the update needs it (all tensors on the CPU)."""
+
+    input_ids: torch.Tensor  # [T] prompt (decoder-only) or encoder input (encoder-decoder)
+    generated_ids: torch.Tensor  # [N]
+    positions: torch.Tensor  # [W] indices into generated_ids where the loss counts
+    target_logits: torch.Tensor  # [W, V] the target's logits that produced generated_ids[positions]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in asdict(self).values())
+
+
+def buffer_query(
+    input_ids: torch.Tensor, out: SpecOutput, loss_positions: str, dtype: torch.dtype = torch.float16
+) -> BufferedQuery:
+    """Keep what the update needs from one served query; input_ids [1, T], out from the engine."""
+    if out.target_logits is None:
+        raise ValueError(
+            "the online buffer needs the target's logits: call generate(..., return_target_logits=True)"
+        )
+    num_generated = out.generated_ids.shape[1]
+    if loss_positions == "wrong":
+        positions = torch.tensor(out.wrong_positions, dtype=torch.long)
+    elif loss_positions == "all":
+        positions = torch.arange(num_generated)
+    else:
+        raise ValueError(f"--online_loss_positions must be 'wrong' or 'all', got {loss_positions!r}")
+    rows = out.target_logits[positions.to(out.target_logits.device)]  # [W, V]
+    if dtype == torch.float16:
+        rows = rows.clamp(-FLOAT16_MAX, FLOAT16_MAX)
+    return BufferedQuery(
+        input_ids=input_ids[0].cpu(),
+        generated_ids=out.generated_ids[0].cpu(),
+        positions=positions,
+        target_logits=rows.to("cpu", dtype),
+    )
+
+
+def student_logits_at(model: PreTrainedModel, query: BufferedQuery) -> torch.Tensor:
+    """The student's logits [W, V'] that predict generated_ids[positions]: one forward pass."""
+    device = model.device
+    generated = query.generated_ids.to(device)
+    if model.config.is_encoder_decoder:
+        start = torch.tensor([model.config.decoder_start_token_id], device=device)
+        decoder_in = torch.cat([start, generated[:-1]])[None]  # [1, N]: row i predicts generated[i]
+        encoder_in = query.input_ids[None].to(device)
+        logits = model(input_ids=encoder_in, decoder_input_ids=decoder_in, use_cache=False).logits[0]
+        return logits[query.positions.to(device)]
+    prompt_len = query.input_ids.shape[0]
+    seq = torch.cat([query.input_ids.to(device), generated])[None, :-1]  # [1, T + N - 1]
+    logits = model(input_ids=seq, use_cache=False).logits[0]  # [T + N - 1, V']: row j predicts S[j + 1]
+    return logits[prompt_len - 1 + query.positions.to(device)]
+
+
+def distillation_loss(
+    model: PreTrainedModel,
+    buffer: Sequence[BufferedQuery],
+    divergence: Divergence,
+    temperature: float = 1.0,
+    backward=None,
+) -> torch.Tensor | None:
+    """Mean divergence over every loss position of the buffer (token-weighted across queries).
+
+    With `backward`, each query's share of the loss is back-propagated as soon as it is computed,
+    so only one sequence's activations are alive at a time; returns the detached total. Returns
+    None when the buffer holds no loss position (e.g. the draft was right everywhere).
+    """
+    counted = sum(len(q.positions) for q in buffer)
+    if counted == 0:
+        return None
+    total = torch.zeros((), device=model.device)
+    for query in buffer:
+        if len(query.positions) == 0:
+            continue
+        target = query.target_logits.to(model.device)  # [W, V]
+        student = student_logits_at(model, query)[:, : target.shape[-1]]  # [W, V]: drop padding rows
+        share = divergence(student, target, None, temperature=temperature, reduction="sum") / counted
+        if backward is not None:
+            backward(share)
+            share = share.detach()
+        total = total + share
+    return total
+
+
+@dataclass
+class QueryStats:
+    """Acceptance of one served query."""
+
+    alpha_sum: float
+    num_proposed: int
+    accepted: int  # accepted draft tokens, summed over verification steps
+    steps: int  # verification steps
+    groups: dict[str, str]  # dataset / topic / language of the record
+
+    @classmethod
+    def of(cls, out: SpecOutput, groups: dict[str, str]) -> QueryStats:
+        return cls(
+            out.alpha_sum, out.num_proposed, sum(out.accepted_lengths), len(out.accepted_lengths), groups
+        )
+
+
+def _alpha(queries: Sequence[QueryStats]) -> float:
+    proposed = sum(q.num_proposed for q in queries)
+    return sum(q.alpha_sum for q in queries) / proposed if proposed else math.nan
+
+
+@dataclass
+class OnlineState:
+    """Everything the online loop accumulates besides the model and optimizer; saved with checkpoints."""
+
+    queries: list[QueryStats] = field(default_factory=list)
+    logged: int = 0  # queries[:logged] are already in a log entry
+    updates: int = 0
+    losses: list[float] = field(default_factory=list)  # update losses not yet logged
+    serve_time_s: float = 0.0
+    update_time_s: float = 0.0
+    max_buffer_bytes: int = 0
+    alpha_sum: float = 0.0  # running totals for the cumulative alpha
+    num_proposed: int = 0
+
+    def add(self, stats: QueryStats) -> None:
+        self.queries.append(stats)
+        self.alpha_sum += stats.alpha_sum
+        self.num_proposed += stats.num_proposed
+
+    def metrics(self, window: int) -> dict[str, float]:
+        """The log entry for the queries since the last one; marks them logged."""
+        recent = self.queries[self.logged :]
+        steps = sum(q.steps for q in recent)
+        logs = {
+            "alpha": _alpha(recent),
+            "alpha_window": _alpha(self.queries[-window:]),
+            "alpha_cumulative": self.alpha_sum / self.num_proposed if self.num_proposed else math.nan,
+            "accepted_length": sum(q.accepted for q in recent) / steps if steps else math.nan,
+            "queries": len(self.queries),
+            "online_updates": self.updates,
+            "update_time_share": self.update_time_s / self.serve_time_s if self.serve_time_s else 0.0,
+            "buffer_mb": self.max_buffer_bytes / 2**20,
+        }
+        groups = {value for q in recent for value in q.groups.values()}
+        for value in sorted(groups):
+            logs[f"alpha_{value}"] = _alpha([q for q in recent if value in q.groups.values()])
+        if self.losses:
+            logs["online_loss"] = sum(self.losses) / len(self.losses)
+        self.logged = len(self.queries)
+        self.losses.clear()
+        return logs
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OnlineState:
+        queries = [QueryStats(**q) for q in data.pop("queries")]
+        return cls(queries=queries, **data)
+
+
+class _OptimizerTimer(TrainerCallback):
+    """Adds the optimizer step of update queries to the update time (Trainer runs it after training_step)."""
+
+    def __init__(self, trainer: OnlineDistillTrainer) -> None:
+        self.trainer, self.start = trainer, None
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.start = time.perf_counter() if self.trainer._updated_this_step else None
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.start is not None:
+            self.trainer.online.update_time_s += time.perf_counter() - self.start
+
+
+class OnlineDistillTrainer(DistillTrainer):
+    """DistillTrainer for --mode online: the train dataset is the query stream, read in order.
+
+    Overrides: the sampler (sequential), `training_step` (serve, buffer, update), logging of the
+    online metrics every --online_eval_interval queries, and checkpoint save/resume of the online
+    state. Everything else (optimizer, scheduler, evaluation of alpha on the eval set, callbacks,
+    report_to) is DistillTrainer's.
+    """
+
+    def __init__(self, *args, buffer_dtype: torch.dtype = torch.float16, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        a = self.args
+        for flag, value in (("per_device_train_batch_size", a.per_device_train_batch_size),
+                            ("gradient_accumulation_steps", a.gradient_accumulation_steps),
+                            ("world_size", a.world_size)):  # fmt: skip
+            if value != 1:
+                raise ValueError(
+                    f"online mode serves one query per step on one process: --{flag} must be 1, got {value} "
+                    "(batch queries with --online_update_interval instead)"
+                )
+        self.buffer_dtype = buffer_dtype
+        self.online = OnlineState()
+        self.buffers: dict[str, list[BufferedQuery]] = {}
+        self._updated_this_step = False
+        self.add_callback(_OptimizerTimer(self))
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
+    ) -> torch.Tensor:
+        """Serve one query, buffer it, and every --online_update_interval queries distil on the buffer."""
+        input_ids, groups = self._query(inputs)  # [1, T]
+        key, draft = self._route(model, input_ids, groups)
+        out = self._serve(draft, input_ids)
+        self.online.add(QueryStats.of(out, groups))
+        buffer = self.buffers.setdefault(key, [])
+        buffer.append(buffer_query(input_ids, out, self.args.online_loss_positions, self.buffer_dtype))
+        self.online.max_buffer_bytes = max(self.online.max_buffer_bytes, self._buffer_bytes())
+        self._updated_this_step = len(buffer) >= self.args.online_update_interval
+        if not self._updated_this_step:
+            return torch.zeros((), device=self.args.device)
+        loss = self._update(draft, buffer)
+        buffer.clear()
+        return loss
+
+    def _serve(self, draft: PreTrainedModel, input_ids: torch.Tensor) -> SpecOutput:
+        """Speculative decoding of one query with the current draft, keeping the target's logits."""
+        start = time.perf_counter()
+        draft.eval()
+        generator = None
+        if self.args.eval_temperature > 0:  # seeded per query so that a resumed run samples the same
+            generator = torch.Generator(draft.device).manual_seed(self.args.seed + len(self.online.queries))
+        out = SpeculativeDecoder(draft, self.teacher_model, gamma=self.args.max_propose_num).generate(
+            input_ids,
+            max_new_tokens=self.args.max_new_tokens,
+            temperature=self.args.eval_temperature,
+            eos_token_id=self.eos_token_id,
+            generator=generator,
+            return_target_logits=True,
+        )
+        self.online.serve_time_s += time.perf_counter() - start
+        return out
+
+    def _update(self, draft: PreTrainedModel, buffer: list[BufferedQuery]) -> torch.Tensor:
+        """Back-propagate the distillation loss on the buffer (Trainer then steps the optimizer)."""
+        start = time.perf_counter()
+        draft.train()
+        with self.compute_loss_context_manager():
+            loss = distillation_loss(
+                draft,
+                buffer,
+                self.divergence,
+                self.args.distill_temperature,
+                backward=self.accelerator.backward,
+            )
+        self.online.updates += 1
+        if loss is None:  # nothing was wrong: no gradient, the optimizer step leaves the draft as it is
+            loss = torch.zeros((), device=self.args.device)
+        else:
+            self.online.losses.append(loss.item())
+        self.online.update_time_s += time.perf_counter() - start
+        return loss.to(self.args.device)
+
+    # ---- hooks that routing.py overrides ---------------------------------------------------
+
+    def _route(
+        self, model: nn.Module, input_ids: torch.Tensor, groups: dict[str, str]
+    ) -> tuple[str, PreTrainedModel]:
+        """The buffer key and the draft that serves a query (one shared draft here)."""
+        return SHARED_DRAFT, self.accelerator.unwrap_model(model)
+
+    # ---- inputs, sampler, logging -----------------------------------------------------------
+
+    def _query(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, str]]:
+        """The unpadded prompt ids [1, T] and the grouping fields of a batch of one record."""
+        ids = inputs["prompt_ids"]
+        ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids)
+        ids = ids.view(1, -1) if ids.dim() == 1 else ids
+        if ids.shape[0] != 1:
+            raise ValueError(f"online mode serves one query per step, got a batch of {ids.shape[0]}")
+        mask = inputs.get("prompt_attention_mask")
+        if mask is not None:  # drop padding, wherever the collator put it
+            ids = ids[:, mask.view(-1).to(ids.device).bool()]
+        groups = {}
+        for name in GROUP_FIELDS:
+            value = inputs.get(name)
+            if isinstance(value, (list, tuple)):
+                value = value[0] if value else None
+            if isinstance(value, str):
+                groups[name] = value
+        return ids, groups
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device) -> tuple[list, None]:
+        """The next query, as collated: no training batch is sampled (DistillTrainer's offline step)."""
+        batch_samples, _ = Trainer.get_batch_samples(self, epoch_iterator, num_batches, device)
+        return batch_samples, None
+
+    def _get_train_sampler(self, train_dataset=None) -> torch.utils.data.Sampler:
+        """The stream is served in its order (the reference's loader shuffled it: a bug)."""
+        return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+
+    def _buffer_bytes(self) -> int:
+        return sum(q.nbytes for buffer in self.buffers.values() for q in buffer)
+
+    def _maybe_log_save_evaluate(self, tr_loss, grad_norm, model, trial, epoch, *args, **kwargs) -> None:
+        # the online entry goes first, so a checkpoint saved at this step already contains it
+        pending = len(self.online.queries) > self.online.logged
+        if pending and (
+            self.state.global_step % self.args.online_eval_interval == 0 or self.control.should_training_stop
+        ):
+            self.log(self.online.metrics(self.args.online_alpha_window))
+        super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, *args, **kwargs)
+
+    # ---- checkpoint and resume --------------------------------------------------------------
+
+    def _save_checkpoint(self, model: nn.Module, trial) -> None:
+        # written before Trainer's own files: a checkpoint with trainer_state.json has them too
+        folder = Path(self._get_output_dir(trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / ONLINE_STATE_NAME).write_text(json.dumps(self.online.to_json()))
+            torch.save(
+                {k: [asdict(q) for q in b] for k, b in self.buffers.items()}, folder / ONLINE_BUFFER_NAME
+            )
+        super()._save_checkpoint(model, trial)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """Trainer.train, plus the online state: fresh, or restored from the checkpoint resumed."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(
+                    f"--resume_from_checkpoint: no checkpoint-* folder in {self.args.output_dir}"
+                )
+        if resume_from_checkpoint:
+            self._load_online_state(Path(resume_from_checkpoint))
+        else:
+            self.online, self.buffers = OnlineState(), {}
+        return super().train(resume_from_checkpoint or None, *args, **kwargs)
+
+    def _load_online_state(self, folder: Path) -> None:
+        state_file, buffer_file = folder / ONLINE_STATE_NAME, folder / ONLINE_BUFFER_NAME
+        if not state_file.exists() or not buffer_file.exists():
+            raise ValueError(
+                f"{folder}: not an online checkpoint ({ONLINE_STATE_NAME} and {ONLINE_BUFFER_NAME} missing); "
+                "resume an online run from a checkpoint it wrote"
+            )
+        self.online = OnlineState.from_json(json.loads(state_file.read_text()))
+        saved = torch.load(buffer_file, weights_only=True)
+        self.buffers = {k: [BufferedQuery(**q) for q in b] for k, b in saved.items()}
+        assert self.online.logged <= len(self.online.queries), (self.online.logged, len(self.online.queries))

@@ -1,0 +1,122 @@
+"""Several drafts, one per query class, each distilled online on its own queries (the paper's Fig. 6).
+
+A router names the draft that serves a query: `field_router("topic")` reads a record field
+(dataset, topic or language), `classifier_router(fn)` applies fn to the query's prompt text.
+Each draft has its own buffer and takes an update after every --online_update_interval queries
+it served; the others are untouched (they receive no gradient, see `osd.distill.online` on why an
+optimizer step then leaves them unchanged). One optimizer holds all drafts' parameters.
+
+    drafts = RoutedDrafts({name: copy.deepcopy(student) for name in ("gsm8k", "spider")})
+    trainer = RoutedOnlineDistillTrainer(model=drafts, router=field_router("dataset"),
+                                         teacher_model=teacher, args=args, train_dataset=stream, ...)
+
+Checkpoints hold one Hugging Face model folder per draft (`checkpoint-N/{route}/`), loadable
+with `from_pretrained`, and resume like any online run.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.trainer import TRAINING_ARGS_NAME
+
+from osd.distill.online import OnlineDistillTrainer
+
+Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
+
+
+def field_router(field: str) -> Router:
+    """Route by a record field (`dataset`, `topic` or `language`)."""
+
+    def route(groups: dict[str, str], prompt: str) -> str:
+        if field not in groups:
+            raise ValueError(
+                f"routing by '{field}': a stream record has no '{field}' field (it has {sorted(groups)})"
+            )
+        return groups[field]
+
+    return route
+
+
+def classifier_router(classify: Callable[[str], str]) -> Router:
+    """Route by a classifier of the prompt text (e.g. a topic or language-id model)."""
+    return lambda groups, prompt: classify(prompt)
+
+
+class RoutedDrafts(nn.Module):
+    """The drafts of a routed run, by route name; Trainer trains them as one module."""
+
+    def __init__(self, drafts: dict[str, PreTrainedModel]) -> None:
+        super().__init__()
+        if not drafts:
+            raise ValueError("RoutedDrafts needs at least one draft")
+        self.drafts = nn.ModuleDict(drafts)
+
+    @classmethod
+    def copies(cls, draft: PreTrainedModel, routes: list[str]) -> RoutedDrafts:
+        """One independent copy of `draft` per route (all start from the same weights)."""
+        return cls({route: copy.deepcopy(draft) for route in routes})
+
+    @property
+    def config(self):
+        """The first draft's config (DistillTrainer checks the vocabulary; all drafts share one)."""
+        return next(iter(self.drafts.values())).config
+
+    def forward(self, *args, **kwargs):
+        raise TypeError("RoutedDrafts has no forward: pick a draft with drafts[route]")
+
+
+class RoutedOnlineDistillTrainer(OnlineDistillTrainer):
+    """OnlineDistillTrainer whose queries are served and distilled by the draft their router picks."""
+
+    def __init__(self, *args, router: Router, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.model, RoutedDrafts):
+            raise TypeError(
+                f"RoutedOnlineDistillTrainer trains a RoutedDrafts model, got {type(self.model).__name__}"
+            )
+        self.router = router
+
+    def _route(
+        self, model: nn.Module, input_ids: torch.Tensor, groups: dict[str, str]
+    ) -> tuple[str, PreTrainedModel]:
+        drafts = self.accelerator.unwrap_model(model).drafts
+        prompt = self.processing_class.decode(input_ids[0], skip_special_tokens=True)
+        route = self.router(groups, prompt)
+        if route not in drafts:
+            raise ValueError(f"the router chose draft '{route}', but the drafts are {list(drafts)}")
+        return route, drafts[route]
+
+    def evaluate(self, *args, **kwargs) -> dict[str, float]:
+        raise ValueError(
+            "a routed run measures alpha on the stream it serves (alpha_{group} in its logs); "
+            "run it with --eval_strategy no and --eval_on_start False, and evaluate each draft folder on its own"
+        )
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Each draft as its own Hugging Face model folder (plus the tokenizer and training args)."""
+        output_dir = Path(output_dir or self.args.output_dir)
+        if not self.args.should_save:
+            return
+        for route, draft in self.accelerator.unwrap_model(self.model).drafts.items():
+            draft.save_pretrained(output_dir / route)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir / route)
+        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        drafts = self.accelerator.unwrap_model(model or self.model).drafts
+        for route, draft in drafts.items():
+            folder = Path(resume_from_checkpoint) / route
+            if not folder.is_dir():
+                raise ValueError(
+                    f"{resume_from_checkpoint}: no folder for draft '{route}'; was it a routed run?"
+                )
+            saved = type(draft).from_pretrained(folder, dtype=draft.dtype)
+            draft.load_state_dict(saved.state_dict())

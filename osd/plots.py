@@ -1,0 +1,165 @@
+"""Plots of alpha over the query stream from online runs' `metrics.jsonl` (the paper's Fig. 2-4, 6).
+
+    python -m osd.plots outputs/online_demo/metrics.jsonl --out alpha.png \
+        --reference Standard=0.41 --reference offline=0.72 --stream data/local/shift_stream.json
+
+Each online log entry carries `queries` (queries served so far) and `alpha` (token-weighted over
+the queries since the previous entry); the curve is its moving average over --window queries.
+Optional: horizontal reference lines (Standard SD, an offline-distilled draft), shaded bands for
+the datasets of the stream (from the records' `dataset` field, in stream order), per-group curves
+(`alpha_{group}` keys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+from osd.conversations import load_conversations  # noqa: E402
+from osd.distill.callbacks import METRICS_FILE  # noqa: E402
+
+Series = tuple[list[float], list[float]]  # x = queries served, y = alpha
+
+
+def read_log(path: str | Path) -> list[dict]:
+    """The entries of a metrics.jsonl file, or of `{path}/metrics.jsonl` for a run folder."""
+    path = Path(path)
+    path = path / METRICS_FILE if path.is_dir() else path
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def alpha_series(entries: Sequence[dict], key: str = "alpha") -> Series:
+    """(queries, alpha) of the online log entries that carry `key` (finite values only)."""
+    xs, ys = [], []
+    for entry in entries:
+        value = entry.get(key)
+        if "queries" in entry and isinstance(value, (int, float)) and math.isfinite(value):
+            xs.append(float(entry["queries"]))
+            ys.append(float(value))
+    return xs, ys
+
+
+def moving_average(xs: Sequence[float], ys: Sequence[float], window: float) -> Series:
+    """Mean of the points whose x lies in (x - window, x], at every x (points may be unevenly spaced)."""
+    out, start, total = [], 0, 0.0
+    for i, x in enumerate(xs):
+        total += ys[i]
+        while xs[start] <= x - window:
+            total -= ys[start]
+            start += 1
+        out.append(total / (i - start + 1))
+    return list(xs), out
+
+
+def dataset_bands(datasets: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Consecutive runs of the same dataset in a stream: (first query, last query + 1, name)."""
+    bands: list[tuple[int, int, str]] = []
+    for i, name in enumerate(datasets):
+        if bands and bands[-1][2] == name:
+            bands[-1] = (bands[-1][0], i + 1, name)
+        else:
+            bands.append((i, i + 1, name))
+    return bands
+
+
+def plot_alpha(
+    runs: dict[str, Series],
+    out: str | Path,
+    window: float = 50,
+    references: dict[str, float] | None = None,
+    bands: Sequence[tuple[int, int, str]] = (),
+    title: str = "",
+) -> Path:
+    """Moving-averaged alpha of each run over queries, with reference lines and dataset bands; writes a PNG."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (start, end, name) in enumerate(bands):
+        ax.axvspan(start, end, color=palette[i % len(palette)], alpha=0.08, lw=0)
+        ax.text(
+            (start + end) / 2,
+            1.0,
+            name,
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            transform=ax.get_xaxis_transform(),
+        )
+    for label, (xs, ys) in runs.items():
+        if xs:
+            ax.plot(*moving_average(xs, ys, window), label=label, lw=1.6)
+    for i, (label, value) in enumerate((references or {}).items()):
+        ax.axhline(
+            value,
+            ls="--",
+            lw=1.2,
+            color=["red", "gray", "black", "purple"][i % 4],
+            label=f"{label} ({value:.3f})",
+        )
+    ax.set_xlabel("queries served")
+    ax.set_ylabel(f"alpha (moving average over {window:g} queries)")
+    ax.set_title(title, pad=14 if bands else 6)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _parse_reference(text: str) -> tuple[str, float]:
+    label, sep, value = text.rpartition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--reference takes LABEL=ALPHA (e.g. Standard=0.41), got {text!r}")
+    return label, float(value)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "metrics", nargs="+", help="metrics.jsonl files (or run folders holding one); one curve each"
+    )
+    parser.add_argument(
+        "--label", action="append", help="a label per metrics file (default: its folder name)"
+    )
+    parser.add_argument("--out", required=True, help="PNG to write")
+    parser.add_argument("--window", type=float, default=50, help="moving-average window in queries")
+    parser.add_argument(
+        "--reference", action="append", type=_parse_reference, default=[], help="LABEL=ALPHA line"
+    )
+    parser.add_argument("--stream", help="the stream's conversation JSON: shade its datasets")
+    parser.add_argument("--groups", nargs="*", default=[], help="also plot alpha_{group} of the first run")
+    parser.add_argument("--title", default="")
+    args = parser.parse_args(argv)
+    labels = args.label or [
+        Path(m).parent.name if m.endswith(".jsonl") else Path(m).name for m in args.metrics
+    ]
+    if len(labels) != len(args.metrics):
+        raise SystemExit(f"--label given {len(labels)} times for {len(args.metrics)} metrics files")
+    runs, first = {}, None
+    for label, path in zip(labels, args.metrics, strict=True):
+        entries = read_log(path)
+        first = entries if first is None else first
+        runs[label] = alpha_series(entries)
+    for group in args.groups:
+        runs[f"{labels[0]}: {group}"] = alpha_series(first, f"alpha_{group}")
+    bands = (
+        dataset_bands([r.get("dataset", "?") for r in load_conversations(args.stream)]) if args.stream else ()
+    )
+    out = plot_alpha(runs, args.out, args.window, dict(args.reference), bands, args.title)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
