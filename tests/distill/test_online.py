@@ -23,8 +23,8 @@ from transformers import (
 
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
-from osd.distill.online import OnlineDistillTrainer, buffer_query, distillation_loss, student_logits_at
 from osd.distill.losses import forward_kl
+from osd.distill.online import OnlineDistillTrainer, buffer_query, distillation_loss, student_logits_at
 from osd.spec import SpeculativeDecoder
 
 WORDS = [f"w{i}" for i in range(60)]
@@ -192,11 +192,15 @@ def test_logs_alpha_per_group_as_the_engine_measures_it(tmp_path):
     draft, target = make_pair()
     stream = write_stream(tmp_path / "stream.json", 6, datasets=("a", "a", "b"))
     # lr 0: the draft never changes, so an independent engine run gives each query's alpha
-    trainer = make_trainer(tmp_path, stream, copy.deepcopy(draft), target, learning_rate=0.0, online_eval_interval=3)
+    trainer = make_trainer(
+        tmp_path, stream, copy.deepcopy(draft), target, learning_rate=0.0, online_eval_interval=3
+    )
     trainer.train()
     dataset = trainer.train_dataset
     outs = [
-        SpeculativeDecoder(draft, target, gamma=3).generate(torch.tensor([dataset[i]["prompt_ids"]]), max_new_tokens=12)
+        SpeculativeDecoder(draft, target, gamma=3).generate(
+            torch.tensor([dataset[i]["prompt_ids"]]), max_new_tokens=12
+        )
         for i in range(6)
     ]
     entries = online_entries(tmp_path / "run")
