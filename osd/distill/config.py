@@ -1,0 +1,202 @@
+"""Command-line configuration of the distillation trainer: three dataclasses for HfArgumentParser.
+
+The flags and defaults are the reference's (`--student_model_path`, `--teacher_model_path`,
+`--data_path`, `--mode`, `--sample_source`, `--kl_method`, `--max_propose_num`, ...), plus every
+`transformers.TrainingArguments` flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+from osd.distill.losses import DIVERGENCES
+
+MODES = ("offline", "online")
+SAMPLE_SOURCES = ("teacher", "student", "mix_request", "mix_token")
+ONLINE_LOSS_POSITIONS = ("wrong", "all")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _check_choice(flag: str, value: str, choices: tuple[str, ...] | list[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"--{flag} must be one of {list(choices)}, got {value!r}")
+
+
+@dataclass
+class ModelArguments:
+    student_model_path: str = field(
+        default="facebook/opt-125m",
+        metadata={"help": "The draft (student) model: a hub name or a local path."},
+    )
+    teacher_model_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "The target (teacher) model: a hub name or a local path. The tokenizer is loaded from it."
+        },
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
+    student_dtype: str = field(
+        default="float32",
+        metadata={
+            "help": f"Student weights dtype, one of {DTYPES} (the reference trains the student in float32)."
+        },
+    )
+    teacher_dtype: str = field(
+        default="auto",
+        metadata={"help": f"Teacher weights dtype, one of {DTYPES}; auto = bfloat16 on GPU, float32 on CPU."},
+    )
+    teacher_device_map: str | None = field(
+        default=None,
+        metadata={
+            "help": "device_map for the teacher (e.g. 'auto' to spread a large teacher over several GPUs); "
+            "default: the student's device."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        _check_choice("student_dtype", self.student_dtype, DTYPES)
+        _check_choice("teacher_dtype", self.teacher_dtype, DTYPES)
+
+
+@dataclass
+class DataArguments:
+    data_path: str | None = field(
+        default=None,
+        metadata={"help": "Training conversation-JSON file (the online stream in --mode online)."},
+    )
+    eval_data_path: str | None = field(
+        default=None, metadata={"help": "Conversation-JSON file on which acceptance (alpha) is measured."}
+    )
+    model_max_length: int = field(
+        default=512,
+        metadata={"help": "Maximum prompt + response length in tokens (longer ones are truncated)."},
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Measure alpha on at most this many eval records (the first ones)."}
+    )
+    lazy_preprocess: bool = field(
+        default=True,
+        metadata={
+            "help": "Kept for compatibility with the reference's scripts; records are always tokenized lazily."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.model_max_length < 2:
+            raise ValueError(f"--model_max_length must be >= 2, got {self.model_max_length}")
+        if self.max_eval_samples is not None and self.max_eval_samples < 1:
+            raise ValueError(f"--max_eval_samples must be >= 1, got {self.max_eval_samples}")
+
+
+@dataclass
+class DistillTrainingArguments(TrainingArguments):
+    mode: str = field(
+        default="offline",
+        metadata={"help": f"{list(MODES)}: distil on a fixed data set, or serve a stream and distil online."},
+    )
+    sample_source: str = field(
+        default="teacher",
+        metadata={
+            "help": f"{list(SAMPLE_SOURCES)}: where the training tokens come from: the teacher's answer "
+            "(from the data set, else generated), the student's own generation, a per-request mix, "
+            "or a per-token mix (ratios: --mix_ratio)."
+        },
+    )
+    kl_method: str = field(
+        default="forward",
+        metadata={
+            "help": f"{sorted(DIVERGENCES)}: forward = KL(teacher||student), reverse = KL(student||teacher), "
+            "jsd = generalised JSD (--jsd_beta), tvd = total variation, reference_mix = 0.9*forward + 0.1*reverse "
+            "(what the reference code called jsd)."
+        },
+    )
+    max_propose_num: int = field(
+        default=5, metadata={"help": "gamma: draft tokens proposed per verification step (eval and serving)."}
+    )
+    online_eval_interval: int = field(
+        default=10, metadata={"help": "Online mode: log the windowed alpha every this many queries."}
+    )
+    online_update_interval: int = field(
+        default=1, metadata={"help": "Online mode: take one distillation step every this many queries."}
+    )
+    online_loss_positions: str = field(
+        default="wrong",
+        metadata={
+            "help": f"{list(ONLINE_LOSS_POSITIONS)}: online loss only where the draft was wrong, or on every generated token."
+        },
+    )
+    online_alpha_window: int = field(
+        default=50,
+        metadata={"help": "Online mode: alpha is also reported as a moving average over this many queries."},
+    )
+    mix_ratio: float = field(
+        default=0.5,
+        metadata={
+            "help": "mix_request / mix_token: probability that a request (or a token) is generated by the student; "
+            "the rest comes from the teacher."
+        },
+    )
+    jsd_beta: float = field(
+        default=0.5, metadata={"help": "--kl_method jsd: the teacher's weight beta in (0, 1)."}
+    )
+    distill_temperature: float = field(
+        default=1.0, metadata={"help": "Temperature dividing both logits inside the distillation loss."}
+    )
+    sample_temperature: float = field(
+        default=0.0,
+        metadata={
+            "help": "Temperature when the student/teacher generate training samples; 0 = greedy (the reference's argmax)."
+        },
+    )
+    max_new_tokens: int = field(
+        default=128,
+        metadata={
+            "help": "Tokens generated per request: student/teacher sampling, alpha evaluation, serving."
+        },
+    )
+    eval_temperature: float = field(
+        default=0.0, metadata={"help": "Speculative-decoding temperature when measuring alpha; 0 = greedy."}
+    )
+    # Changed defaults. The reference trains with adamw_torch; "Standard" speculative decoding is
+    # measured before the first step; the collated batches carry prompt_ids and group names that
+    # the model's forward does not take, so Trainer must not drop "unused" columns.
+    optim: str = field(
+        default="adamw_torch", metadata={"help": "The optimizer (the reference's adamw_torch)."}
+    )
+    eval_on_start: bool = field(
+        default=True, metadata={"help": "Measure alpha before the first step: the 'Standard' SD baseline."}
+    )
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Must stay False: the trainer needs prompt_ids and group fields."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_choice("mode", self.mode, MODES)
+        _check_choice("sample_source", self.sample_source, SAMPLE_SOURCES)
+        _check_choice("kl_method", self.kl_method, sorted(DIVERGENCES))
+        _check_choice("online_loss_positions", self.online_loss_positions, ONLINE_LOSS_POSITIONS)
+        for flag in (
+            "max_propose_num",
+            "online_eval_interval",
+            "online_update_interval",
+            "online_alpha_window",
+            "max_new_tokens",
+        ):
+            if getattr(self, flag) < 1:
+                raise ValueError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
+        if not 0.0 <= self.mix_ratio <= 1.0:
+            raise ValueError(f"--mix_ratio must be in [0, 1], got {self.mix_ratio}")
+        if not 0.0 < self.jsd_beta < 1.0:
+            raise ValueError(f"--jsd_beta must be in (0, 1), got {self.jsd_beta}")
+        if self.distill_temperature <= 0:
+            raise ValueError(f"--distill_temperature must be > 0, got {self.distill_temperature}")
+        for flag in ("sample_temperature", "eval_temperature"):
+            if getattr(self, flag) < 0:
+                raise ValueError(f"--{flag} must be >= 0 (0 = greedy), got {getattr(self, flag)}")
+        if self.remove_unused_columns:
+            raise ValueError(
+                "--remove_unused_columns must be False: the trainer reads prompt_ids and group fields"
+            )

@@ -1,0 +1,194 @@
+"""Conversation records -> token ids -> batches for the distillation trainer.
+
+Symbols: B batch, P padded prompt length, L padded training length.
+
+A dataset item (one record, tokenized lazily):
+    prompt_ids   list[int]  the prompt (osd.prompting.encode_prompt; for encoder-decoder models the
+                            query itself plus EOS), unpadded
+    input_ids    list[int]  only when the record has an answer: prompt + answer + EOS (decoder-only)
+                            or the prompt (encoder-decoder, the encoder's input)
+    labels       list[int]  same length as the decoder tokens; -100 on the prompt (decoder-only),
+                            the answer + EOS otherwise
+    index        int        the record's index in its file
+    dataset/topic/language  str, when the record carries them (per-group alpha)
+
+A training batch (`make_train_batch`), always right-padded:
+    input_ids, attention_mask  [B, L]
+    labels                     [B, L] (decoder-only) or [B, Ld] (encoder-decoder); -100 = not a response token
+    decoder_input_ids, decoder_attention_mask  [B, Ld], encoder-decoder only
+    loss_mask                  bool, the logits' leading shape: True where the logits predict a response token
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+from transformers import PreTrainedTokenizerBase
+
+from osd.conversations import GROUP_FIELDS, assistant_answer, load_conversations, record_groups, user_query
+from osd.prompting import encode_answer, encode_prompt
+
+IGNORE_INDEX = -100
+
+
+def truncate_prompt(prompt: list[int], max_len: int) -> list[int]:
+    """Keep the first token (BOS) and the last `max_len - 1`: the end of a chat prompt ("ASSISTANT:") matters most."""
+    return prompt if len(prompt) <= max_len else prompt[:1] + prompt[len(prompt) - max_len + 1 :]
+
+
+class ConversationDataset(Dataset):
+    """The records of a conversation-JSON file, validated at load time and tokenized on access."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        tokenizer: PreTrainedTokenizerBase,
+        model_max_length: int = 512,
+        is_encoder_decoder: bool = False,
+        max_samples: int | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.records = load_conversations(self.path)[:max_samples]
+        self.tokenizer = tokenizer
+        self.model_max_length = model_max_length
+        self.is_encoder_decoder = is_encoder_decoder
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def encode_query(self, query: str) -> list[int]:
+        if self.is_encoder_decoder:  # T5 reads the bare query (its tokenizer appends EOS)
+            prompt = self.tokenizer(query).input_ids
+        else:
+            prompt = encode_prompt(self.tokenizer, query)
+        # a decoder-only prompt leaves room for at least one answer token
+        return truncate_prompt(prompt, self.model_max_length - (0 if self.is_encoder_decoder else 1))
+
+    def __getitem__(self, index: int) -> dict:
+        record = self.records[index]
+        prompt = self.encode_query(user_query(record))
+        item: dict = {"prompt_ids": prompt, "index": index, **record_groups(record)}
+        answer = assistant_answer(record)
+        if answer is not None:
+            if self.is_encoder_decoder:
+                item["input_ids"] = prompt
+                item["labels"] = encode_answer(self.tokenizer, answer)[: self.model_max_length]
+            else:
+                response = encode_answer(self.tokenizer, answer)[: self.model_max_length - len(prompt)]
+                item["input_ids"] = prompt + response
+                item["labels"] = [IGNORE_INDEX] * len(prompt) + response
+        return item
+
+
+def pad(seqs: list[list[int]], pad_value: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad to the longest; returns (ids [B, L], attention_mask [B, L]); side is "left" (generation) or "right"."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_value, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        span = slice(width - len(s), width) if side == "left" else slice(0, len(s))
+        ids[i, span] = torch.tensor(s, dtype=torch.long)
+        mask[i, span] = 1
+    return ids, mask
+
+
+def unpad(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Rows of `ids` [B, L] without their padding (mask 0)."""
+    return [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+
+
+def loss_mask_from_labels(labels: torch.Tensor, is_encoder_decoder: bool) -> torch.Tensor:
+    """[B, L] bool over logits positions: True where the logits predict a response token.
+
+    Decoder-only logits at position t predict token t+1 (the shift); encoder-decoder logits at
+    decoder position t predict labels[t].
+    """
+    counted = labels != IGNORE_INDEX
+    if is_encoder_decoder:
+        return counted
+    return torch.cat([counted[:, 1:], torch.zeros_like(counted[:, :1])], dim=1)
+
+
+def make_train_batch(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad_token_id: int,
+    is_encoder_decoder: bool = False,
+    decoder_start_token_id: int | None = None,
+    max_length: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """The right-padded training batch (module docstring) for prompt i followed by response i."""
+    if is_encoder_decoder:
+        if decoder_start_token_id is None:
+            raise ValueError("an encoder-decoder batch needs the model's decoder_start_token_id")
+        responses = [r[:max_length] for r in responses] if max_length else responses
+        input_ids, attention_mask = pad(prompts, pad_token_id, "right")
+        labels, decoder_attention_mask = pad(responses, IGNORE_INDEX, "right")
+        # teacher forcing: the decoder reads [start] + response[:-1] and predicts response
+        decoder_input_ids, _ = pad(
+            [[decoder_start_token_id] + r[:-1] for r in responses], pad_token_id, "right"
+        )
+        batch = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "decoder_input_ids": decoder_input_ids,
+            "decoder_attention_mask": decoder_attention_mask,
+            "labels": labels,
+        }
+    else:
+        seqs = [(p + r)[:max_length] for p, r in zip(prompts, responses, strict=True)]
+        input_ids, attention_mask = pad(seqs, pad_token_id, "right")
+        label_seqs = [
+            ([IGNORE_INDEX] * len(p) + r)[:max_length] for p, r in zip(prompts, responses, strict=True)
+        ]
+        labels, _ = pad(label_seqs, IGNORE_INDEX, "right")
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    batch["loss_mask"] = loss_mask_from_labels(batch["labels"], is_encoder_decoder)
+    return batch
+
+
+def responses_from_labels(labels: torch.Tensor) -> list[list[int]]:
+    """The response tokens of each row of `labels` [B, L] (everything not -100)."""
+    return [row[row != IGNORE_INDEX].tolist() for row in labels]
+
+
+class DistillCollator:
+    """Items -> batch: `prompt_ids`/`prompt_attention_mask` left-padded [B, P] (ready for generation),
+    plus the training batch of `make_train_batch` when every item has an answer, plus `index` and
+    the group fields as lists (None where an item lacks the field)."""
+
+    def __init__(
+        self,
+        pad_token_id: int,
+        is_encoder_decoder: bool = False,
+        decoder_start_token_id: int | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        self.pad_token_id = pad_token_id
+        self.is_encoder_decoder = is_encoder_decoder
+        self.decoder_start_token_id = decoder_start_token_id
+        self.max_length = max_length
+
+    def __call__(self, items: list[dict]) -> dict:
+        prompts = [list(item["prompt_ids"]) for item in items]
+        prompt_ids, prompt_attention_mask = pad(prompts, self.pad_token_id, "left")
+        batch: dict = {"prompt_ids": prompt_ids, "prompt_attention_mask": prompt_attention_mask}
+        if all("labels" in item for item in items):
+            responses = [[t for t in item["labels"] if t != IGNORE_INDEX] for item in items]
+            batch.update(
+                make_train_batch(
+                    prompts,
+                    responses,
+                    self.pad_token_id,
+                    self.is_encoder_decoder,
+                    self.decoder_start_token_id,
+                    self.max_length,
+                )
+            )
+        batch["index"] = [item.get("index") for item in items]
+        for name in GROUP_FIELDS:
+            if any(name in item for item in items):
+                batch[name] = [item.get(name) for item in items]
+        return batch

@@ -1,0 +1,208 @@
+"""DistillTrainer: `transformers.Trainer` that distils the student (draft) from a frozen teacher (target).
+
+What it changes in Trainer, and nothing else (optimizers, schedulers, bf16/tf32, checkpointing,
+accelerate/DeepSpeed and `report_to` are inherited):
+- `get_batch_samples`: turns each collated micro-batch of prompts into a training batch whose
+  response tokens come from `--sample_source` (generation happens here, before the forward
+  passes, so the number of response tokens of the whole optimizer step is known), and counts
+  those tokens as `num_items_in_batch`;
+- `compute_loss`: student and teacher forward passes, the `--kl_method` divergence on response
+  tokens only, summed and divided by `num_items_in_batch` (so gradient accumulation gives the
+  same update as one big batch);
+- `evaluate`: the acceptance rate of speculative decoding with the student as draft (osd.spec),
+  not a loss. With `eval_on_start` (default on) it also runs before the first step: "Standard" SD.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Dataset
+from transformers import PreTrainedModel, Trainer
+
+from osd.conversations import GROUP_FIELDS
+from osd.distill.callbacks import MetricsJsonlCallback
+from osd.distill.config import DistillTrainingArguments
+from osd.distill.data import make_train_batch, responses_from_labels, unpad
+from osd.distill.losses import get_divergence
+from osd.distill.sources import SamplingConfig, sample_responses
+from osd.spec import AcceptanceStats, SpecOutput, SpeculativeDecoder
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+
+
+class DistillTrainer(Trainer):
+    """Trainer for `model` (the student) distilled from `teacher_model` (frozen, eval mode; it may
+    be spread over other devices with a device_map: its logits are moved to the student's device)."""
+
+    # compute_loss already divides by the step's token count (num_items_in_batch)
+    loss_is_scaled_for_ga = True
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        teacher_model: PreTrainedModel,
+        args: DistillTrainingArguments,
+        **kwargs,
+    ) -> None:
+        super().__init__(model=model, args=args, **kwargs)
+        if model.config.vocab_size != teacher_model.config.vocab_size:
+            raise ValueError(
+                f"student vocab_size {model.config.vocab_size} != teacher vocab_size {teacher_model.config.vocab_size}: "
+                "distillation compares token distributions and needs a shared vocabulary"
+            )
+        self.teacher_model = teacher_model.eval().requires_grad_(False)
+        if not getattr(teacher_model, "hf_device_map", None):
+            self.teacher_model.to(args.device)
+        self.is_encoder_decoder = bool(model.config.is_encoder_decoder)
+        self.divergence = get_divergence(args.kl_method, args.jsd_beta)
+        tokenizer = self.processing_class
+        pad_id = tokenizer.pad_token_id if tokenizer is not None else model.config.pad_token_id
+        eos_id = tokenizer.eos_token_id if tokenizer is not None else model.config.eos_token_id
+        if pad_id is None:
+            raise ValueError("the tokenizer has no pad token; set one (osd.train uses unk or eos)")
+        self.pad_token_id: int = pad_id
+        self.eos_token_id: int | list[int] | None = eos_id
+        self.sampling = SamplingConfig(args.max_new_tokens, args.sample_temperature, eos_id, pad_id)
+        # sample sources draw from their own generator: runs are reproducible for a given --seed
+        self.sample_generator = torch.Generator().manual_seed(args.seed)
+        self.add_callback(MetricsJsonlCallback())
+
+    # ---- training ---------------------------------------------------------------------------
+
+    def make_training_batch(self, batch: dict) -> dict:
+        """Collated prompts (+ data-set answers) -> a training batch with `--sample_source` responses."""
+        student = self.accelerator.unwrap_model(self.model)
+        dataset_responses = responses_from_labels(batch["labels"]) if "labels" in batch else None
+        if self.args.sample_source == "teacher" and dataset_responses is not None:
+            return batch
+        was_training = student.training
+        student.eval()  # no dropout while the student generates
+        responses = sample_responses(
+            self.args.sample_source,
+            student,
+            self.teacher_model,
+            batch["prompt_ids"],
+            batch["prompt_attention_mask"],
+            self.sampling,
+            mix_ratio=self.args.mix_ratio,
+            dataset_responses=dataset_responses,
+            generator=self.sample_generator,
+        )
+        student.train(was_training)
+        prompts = unpad(batch["prompt_ids"], batch["prompt_attention_mask"])
+        max_length = self.data_collator.max_length if hasattr(self.data_collator, "max_length") else None
+        train = make_train_batch(
+            prompts,
+            responses,
+            self.pad_token_id,
+            self.is_encoder_decoder,
+            getattr(student.config, "decoder_start_token_id", None),
+            max_length,
+        )
+        device = batch["prompt_ids"].device
+        return {**batch, **{k: v.to(device) for k, v in train.items()}}
+
+    def get_batch_samples(
+        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
+    ) -> tuple[list[dict], torch.Tensor | None]:
+        """The micro-batches of one optimizer step, sampled, and their total count of response tokens."""
+        batch_samples, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+        batch_samples = [self.make_training_batch(b) for b in batch_samples]
+        if not batch_samples:
+            return batch_samples, None
+        num_items = sum(b["loss_mask"].sum().to(device) for b in batch_samples)
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            num_items = self.accelerator.gather(num_items).sum()
+        return batch_samples, num_items
+
+    def distill_loss(
+        self,
+        student_logits: torch.Tensor,
+        teacher_logits: torch.Tensor,
+        mask: torch.Tensor,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor:
+        """The `--kl_method` divergence over masked positions: logits [B, T, V] or [N, V], mask [B, T] or [N].
+
+        With `num_items_in_batch` (counted positions of the whole optimizer step): sum / num_items,
+        so accumulated micro-batches add up to the mean over the step. Without: the mean here.
+        """
+        teacher_logits = teacher_logits.to(student_logits.device)
+        kwargs = {"temperature": self.args.distill_temperature}
+        if num_items_in_batch is None:
+            return self.divergence(student_logits, teacher_logits, mask, **kwargs)
+        loss = self.divergence(student_logits, teacher_logits, mask, reduction="sum", **kwargs)
+        loss = loss / num_items_in_batch
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            # num_items counts every process's tokens while DDP averages gradients over processes
+            loss = loss * self.accelerator.num_processes
+        return loss
+
+    def teacher_logits(self, inputs: dict) -> torch.Tensor:
+        """Teacher logits for the model inputs of a training batch (no gradient)."""
+        device = self.teacher_model.device
+        with torch.no_grad():
+            return self.teacher_model(**{k: inputs[k].to(device) for k in MODEL_INPUTS if k in inputs}).logits
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict,
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ):
+        outputs = model(**{k: inputs[k] for k in MODEL_INPUTS if k in inputs}, use_cache=False)
+        loss = self.distill_loss(
+            outputs.logits, self.teacher_logits(inputs), inputs["loss_mask"], num_items_in_batch
+        )
+        return (loss, outputs) if return_outputs else loss
+
+    # ---- evaluation: acceptance rate ---------------------------------------------------------
+
+    def evaluate(
+        self,
+        eval_dataset: Dataset | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> dict[str, float]:
+        """alpha and mean accepted length of SD (draft = student, gamma = --max_propose_num) on the eval
+        set, overall and per dataset/topic/language value (`{prefix}_alpha_{field}_{value}`), token-weighted."""
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ValueError("evaluation needs an eval set (--eval_data_path)")
+        student = self.accelerator.unwrap_model(self.model)
+        was_training = student.training
+        student.eval()
+        decoder = SpeculativeDecoder(student, self.teacher_model, gamma=self.args.max_propose_num)
+        generator = torch.Generator().manual_seed(self.args.seed)
+        items = [dataset[i] for i in range(len(dataset))]
+        outputs = [
+            decoder.generate(
+                torch.tensor([item["prompt_ids"]], dtype=torch.long, device=student.device),
+                max_new_tokens=self.args.max_new_tokens,
+                temperature=self.args.eval_temperature,
+                eos_token_id=self.eos_token_id,
+                generator=generator,
+            )
+            for item in items
+        ]
+        student.train(was_training)
+        stats = AcceptanceStats.from_outputs(outputs)
+        metrics = {
+            f"{metric_key_prefix}_alpha": stats.alpha,
+            f"{metric_key_prefix}_accepted_length": stats.mean_accepted_length,
+            f"{metric_key_prefix}_tokens_per_step": stats.tokens_per_step,
+            f"{metric_key_prefix}_num_generated": stats.num_generated,
+        }
+        groups: dict[str, list[SpecOutput]] = defaultdict(list)
+        for item, output in zip(items, outputs, strict=True):
+            for name in GROUP_FIELDS:
+                if name in item:
+                    groups[f"{metric_key_prefix}_alpha_{name}_{item[name]}"].append(output)
+        metrics |= {key: AcceptanceStats.from_outputs(group).alpha for key, group in groups.items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics

@@ -1,0 +1,153 @@
+"""Distil a draft (student) model from a target (teacher), offline or online.
+
+Usage (real models, as the paper; see bash_scripts/*/offline.sh):
+    python -m osd.train --student_model_path JackFram/llama-160m --teacher_model_path lmsys/vicuna-7b-v1.3 \
+        --data_path data/raw_data/gsm8k_train_with_answer.json --eval_data_path data/raw_data/gsm8k_test.json \
+        --mode offline --sample_source student --kl_method forward --max_propose_num 5 \
+        --output_dir runs/gsm8k_student_forward --bf16 True --num_train_epochs 2 --report_to wandb
+
+Usage (embedded demo pair, CPU, no downloads): bash bash_scripts/demo/offline.sh runs/demo student forward
+
+Every `transformers.TrainingArguments` flag works too. Training resumes from the last
+`checkpoint-*` in --output_dir, or from --resume_from_checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    HfArgumentParser,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from osd.distill.callbacks import setup_wandb
+from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
+from osd.distill.data import ConversationDataset, DistillCollator
+from osd.distill.trainer import DistillTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return getattr(torch, name)
+
+
+def load_model(
+    path: str, dtype: str, cache_dir: str | None, device_map: str | None = None
+) -> PreTrainedModel:
+    """A causal LM or, when the config says so, an encoder-decoder (T5) model; hub name or local path."""
+    config = AutoConfig.from_pretrained(path, cache_dir=cache_dir)
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    return auto.from_pretrained(path, cache_dir=cache_dir, dtype=resolve_dtype(dtype), device_map=device_map)
+
+
+def load_tokenizer(path: str, cache_dir: str | None) -> PreTrainedTokenizerBase:
+    """The teacher's tokenizer, with a pad token (unk, else eos, as the reference) when it has none."""
+    tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir)
+    if tokenizer.pad_token is None:
+        fallback = tokenizer.unk_token or tokenizer.eos_token
+        if fallback is None:
+            raise ValueError(f"tokenizer of {path} has no pad, unk or eos token to pad with")
+        tokenizer.pad_token = fallback
+    return tokenizer
+
+
+def check_vocabularies(
+    student: PreTrainedModel, teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Distillation compares distributions token by token: one vocabulary for both models."""
+    s, t = student.config.vocab_size, teacher.config.vocab_size
+    if s != t:
+        raise ValueError(
+            f"--student_model_path has vocab_size {s} but --teacher_model_path has {t}; "
+            "use a student and teacher that share a tokenizer and vocabulary"
+        )
+    if len(tokenizer) > s:
+        raise ValueError(
+            f"the teacher's tokenizer has {len(tokenizer)} tokens, more than the models' vocab_size {s}"
+        )
+    if student.config.is_encoder_decoder != teacher.config.is_encoder_decoder:
+        raise ValueError("student and teacher must both be decoder-only or both encoder-decoder")
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if model_args.teacher_model_path is None:
+        raise ValueError("--teacher_model_path is required")
+    if data_args.data_path is None:
+        raise ValueError("--data_path is required")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_wandb(training_args.report_to)
+
+    tokenizer = load_tokenizer(model_args.teacher_model_path, model_args.cache_dir)
+    student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
+    teacher = load_model(
+        model_args.teacher_model_path,
+        model_args.teacher_dtype,
+        model_args.cache_dir,
+        model_args.teacher_device_map,
+    )
+    check_vocabularies(student, teacher, tokenizer)
+    is_enc_dec = bool(student.config.is_encoder_decoder)
+    max_ctx = getattr(student.config, "max_position_embeddings", None)
+    if max_ctx is not None and data_args.model_max_length > max_ctx:
+        logger.warning(
+            "--model_max_length %d exceeds the student's context %d", data_args.model_max_length, max_ctx
+        )
+
+    def dataset(path: str, max_samples: int | None = None) -> ConversationDataset:
+        return ConversationDataset(path, tokenizer, data_args.model_max_length, is_enc_dec, max_samples)
+
+    train_dataset = dataset(data_args.data_path)
+    eval_dataset = (
+        dataset(data_args.eval_data_path, data_args.max_eval_samples) if data_args.eval_data_path else None
+    )
+    if eval_dataset is None:
+        training_args.eval_on_start = False
+    collator = DistillCollator(
+        tokenizer.pad_token_id,
+        is_enc_dec,
+        getattr(student.config, "decoder_start_token_id", None),
+        data_args.model_max_length,
+    )
+    if training_args.mode == "online":
+        from osd.distill.online import OnlineDistillTrainer as trainer_class
+    else:
+        trainer_class = DistillTrainer
+    trainer = trainer_class(
+        model=student,
+        teacher_model=teacher,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and training_args.output_dir:
+        try:
+            checkpoint = get_last_checkpoint(training_args.output_dir)
+        except FileNotFoundError:
+            checkpoint = None
+    if checkpoint is not None:
+        logger.info("resuming from %s", checkpoint)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()
+    trainer.save_state()
+    return trainer.evaluate() if eval_dataset is not None and training_args.mode == "offline" else {}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
