@@ -252,3 +252,49 @@ def test_resume_continues_exactly_without_lost_or_duplicated_metrics(tmp_path):
             assert e[key] == pytest.approx(x[key], rel=1e-6), (e["step"], key)
     for k, v in reference.model.state_dict().items():
         torch.testing.assert_close(resumed.model.state_dict()[k], v, atol=1e-6, rtol=1e-5)
+
+
+# ---- routed drafts ------------------------------------------------------------------------------
+
+
+def make_routed_trainer(tmp_path, stream: str, draft, target, **overrides):
+    from osd.distill.routing import RoutedDrafts, RoutedOnlineDistillTrainer, field_router
+
+    trainer = make_trainer(
+        tmp_path, stream, draft, target, **overrides
+    )  # the arguments, dataset and collator
+    return RoutedOnlineDistillTrainer(
+        model=RoutedDrafts.copies(draft, ["a", "b"]),
+        router=field_router("dataset"),
+        teacher_model=target,
+        args=trainer.args,
+        train_dataset=trainer.train_dataset,
+        data_collator=trainer.data_collator,
+        processing_class=trainer.processing_class,
+    )
+
+
+def test_routed_drafts_update_only_on_their_own_queries_and_resume(tmp_path):
+    draft, target = make_pair()
+    stream = write_stream(tmp_path / "stream.json", 6, datasets=("a", "a", "b"))
+    save = dict(online_update_interval=1, save_strategy="steps", save_steps=3, weight_decay=0.1)
+    trainer = make_routed_trainer(tmp_path, stream, draft, target, **save)
+    spies = {route: ParamsPerStep(d) for route, d in trainer.model.drafts.items()}
+    for spy in spies.values():
+        trainer.add_callback(spy)
+    trainer.train()
+    for route, spy in spies.items():
+        changed = [
+            any(not torch.equal(b[k], a[k]) for k in b) for b, a in zip(spy.snapshots, spy.snapshots[1:])
+        ]
+        assert changed == [q == route for q in ("a", "a", "b") * 2], route
+
+    # checkpoint-3 holds one loadable model folder per draft; resuming from it ends where the run ended
+    resumed = make_routed_trainer(tmp_path / "again", stream, draft, target, **save)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-3"))
+    for route, d in trainer.model.drafts.items():
+        for k, v in d.state_dict().items():
+            torch.testing.assert_close(resumed.model.drafts[route].state_dict()[k], v, atol=1e-6, rtol=1e-5)
+    assert LlamaForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-3" / "b").config.vocab_size == len(
+        VOCAB
+    )
