@@ -1,0 +1,308 @@
+"""Speculative decoding: a draft proposes, the target verifies in one forward pass.
+
+Symbols: T prompt length (decoder-only) or 1 (the decoder-start token, encoder-decoder),
+L committed sequence length, k proposed tokens in a step (k <= gamma), V shared vocabulary.
+See `osd.spec.sampling` for p/q, accepted, recovered and bonus tokens.
+
+Each step (`SpeculativeDecoder._step`):
+1. propose: the draft extends the committed sequence by k tokens, one forward each (KV cached);
+2. verify: the target scores the last committed token and the k proposals in ONE forward;
+3. accept/reject: n proposals are kept, then one target token (recovered or bonus);
+4. both KV caches are cropped back to the committed sequence.
+
+Cache invariant between steps: the target cache holds the first L - 1 committed tokens (the last
+one is fed at the next verification), the draft cache holds at most L - 1.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+
+from osd.spec.sampling import accept_reject, acceptance_probability, logits_to_probs, sample
+
+# Draft and target may differ by a few padding rows (e.g. an added [PAD] token, or an embedding
+# matrix padded to a multiple of 64); a larger difference means different tokenizers.
+MAX_VOCAB_PADDING = 128
+
+
+@dataclass
+class SpecOutput:
+    """What one `SpeculativeDecoder.generate` call returns (N generated tokens)."""
+
+    generated_ids: torch.Tensor  # [1, N] new tokens only
+    alpha_sum: float  # sum of exact acceptance rates over counted proposed positions
+    num_proposed: int  # counted proposed positions (see `_step`)
+    accepted_lengths: list[int]  # draft tokens accepted at each verification step
+    wrong_positions: list[int]  # indices into generated_ids[0] where the target replaced a draft token
+    target_logits: torch.Tensor | None  # [N, V] target logits that produced each generated token
+    num_target_calls: int
+    draft_time_s: float
+    target_time_s: float
+    wall_time_s: float
+
+    @property
+    def alpha(self) -> float:
+        """Mean exact acceptance rate over proposed positions (nan when nothing was proposed)."""
+        return self.alpha_sum / self.num_proposed if self.num_proposed else float("nan")
+
+    @property
+    def mean_accepted_length(self) -> float:
+        steps = len(self.accepted_lengths)
+        return sum(self.accepted_lengths) / steps if steps else float("nan")
+
+
+@dataclass
+class _CachedModel:
+    """A model with its KV cache over the committed sequence; encoder run once for seq2seq models."""
+
+    model: PreTrainedModel
+    encoder_input_ids: torch.Tensor | None  # [1, S] for encoder-decoder models, else None
+    cache: DynamicCache | EncoderDecoderCache = field(init=False)
+    encoder_outputs: object = field(init=False, default=None)
+    keeps_logits: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.model.config.is_encoder_decoder:
+            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            self.encoder_outputs = self.model.get_encoder()(input_ids=self.encoder_input_ids.to(self.device))
+        else:
+            self.cache = DynamicCache()
+        self.keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def __len__(self) -> int:
+        return self.cache.get_seq_length()
+
+    def forward(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        """Feed tokens [1, n] after the cache; return the last num_logits rows of logits [num_logits, V]."""
+        kwargs = {"past_key_values": self.cache, "use_cache": True}
+        if self.keeps_logits:
+            kwargs["logits_to_keep"] = num_logits
+        tokens = tokens.to(self.device)
+        if self.encoder_outputs is not None:
+            out = self.model(encoder_outputs=self.encoder_outputs, decoder_input_ids=tokens, **kwargs)
+        else:
+            out = self.model(input_ids=tokens, **kwargs)
+        self.cache = out.past_key_values
+        return out.logits[0, -num_logits:]
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` cached positions."""
+        if len(self) > length:
+            self.cache.crop(length - len(self))
+
+
+def _context_limit(model: PreTrainedModel) -> int | None:
+    """Longest decoder sequence the model supports (None when positions are relative, e.g. T5)."""
+    if model.config.is_encoder_decoder:
+        return None
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(model.config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+class SpeculativeDecoder:
+    """Draft-and-verify decoding whose output is distributed exactly as the target's (batch size 1)."""
+
+    def __init__(self, draft_model: PreTrainedModel, target_model: PreTrainedModel, gamma: int = 5) -> None:
+        if gamma < 1:
+            raise ValueError(
+                f"gamma (the number of draft tokens per step, --max_propose_num) must be >= 1, got {gamma}"
+            )
+        d_enc, t_enc = draft_model.config.is_encoder_decoder, target_model.config.is_encoder_decoder
+        if d_enc != t_enc:
+            raise ValueError(
+                f"draft ({draft_model.config.model_type}) and target ({target_model.config.model_type}) must both be "
+                "decoder-only or both encoder-decoder"
+            )
+        v_draft = draft_model.get_output_embeddings().weight.shape[0]
+        v_target = target_model.get_output_embeddings().weight.shape[0]
+        if abs(v_draft - v_target) > MAX_VOCAB_PADDING:
+            raise ValueError(
+                f"draft vocabulary ({v_draft}) and target vocabulary ({v_target}) differ by more than padding rows: "
+                "speculative decoding needs a shared tokenizer. Use a draft trained with the target's tokenizer."
+            )
+        self.draft, self.target, self.gamma = draft_model, target_model, gamma
+        self.vocab_size = min(v_draft, v_target)
+        self.is_encoder_decoder = t_enc
+        limits = [x for x in (_context_limit(draft_model), _context_limit(target_model)) if x is not None]
+        self.context_limit = min(limits) if limits else None
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        eos_token_id: int | list[int] | None = None,
+        generator: torch.Generator | None = None,
+        return_target_logits: bool = False,
+    ) -> SpecOutput:
+        """Generate up to max_new_tokens after input_ids [1, T] (the encoder input for seq2seq models)."""
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+            raise ValueError(
+                f"SpeculativeDecoder.generate takes input_ids of shape [1, T], got {tuple(input_ids.shape)}"
+            )
+        if temperature < 0 or not 0 < top_p <= 1:
+            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        start = time.perf_counter()
+        eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+        if self.is_encoder_decoder:
+            encoder_ids = input_ids
+            prefix = [self.target.config.decoder_start_token_id]
+        else:
+            encoder_ids = None
+            prefix = input_ids[0].tolist()
+        if self.context_limit is not None and len(prefix) >= self.context_limit:
+            raise ValueError(
+                f"prompt of {len(prefix)} tokens leaves no room within the models' context of {self.context_limit}"
+            )
+        state = _DecodeState(
+            draft=_CachedModel(self.draft, encoder_ids),
+            target=_CachedModel(self.target, encoder_ids),
+            tokens=prefix,
+            prompt_len=len(prefix),
+            keep_logits=return_target_logits,
+        )
+        budget = max_new_tokens
+        if self.context_limit is not None:
+            budget = min(budget, self.context_limit - len(prefix))
+        while state.num_generated < budget:
+            emitted = self._step(state, budget - state.num_generated, eos, temperature, top_p, generator)
+            if eos.intersection(emitted):
+                break
+        return state.to_output(eos, time.perf_counter() - start)
+
+    def _step(
+        self,
+        s: _DecodeState,
+        remaining: int,
+        eos: set[int],
+        temperature: float,
+        top_p: float,
+        gen: torch.Generator | None,
+    ) -> list[int]:
+        """One propose / verify / accept-reject step; returns the tokens it committed."""
+        k = min(self.gamma, remaining - 1)  # the step always adds one target token after the n accepted
+        L = len(s.tokens)
+        t0 = time.perf_counter()
+        draft_tokens, q = self._propose(s.draft, s.tokens, k, temperature, top_p, gen)  # [k], [k, V]
+        draft_list = draft_tokens.tolist()  # also waits for the device, so the timings are honest
+        t1 = time.perf_counter()
+        # proposals after a drafted EOS cannot be emitted: do not verify them
+        k = next((i + 1 for i, t in enumerate(draft_list) if t in eos), k)
+        draft_tokens, q, draft_list = draft_tokens[:k], q[:k], draft_list[:k]
+        # verify: the committed tokens the target has not seen (the last one; the whole prompt at
+        # the first step) and the k proposals, in one target forward
+        verify_in = torch.tensor([s.tokens[len(s.target) :] + draft_list], device=s.target.device)
+        target_logits = s.target.forward(verify_in, num_logits=k + 1)[:, : self.vocab_size]  # [k + 1, V]
+        t2 = time.perf_counter()
+        draft_tokens = draft_tokens.to(target_logits.device)
+        if temperature == 0.0:
+            target_argmax = target_logits.argmax(-1)  # [k + 1]
+            matches = (draft_tokens == target_argmax[:k]).long()
+            n = int(matches.cumprod(0).sum())
+            next_token = target_argmax[n]
+            alphas = matches.float()  # sum_v min(p, q) of two point masses
+        else:
+            p = logits_to_probs(target_logits, temperature, top_p)  # [k + 1, V]
+            q = q.to(p.device)
+            uniforms = torch.rand(k, generator=gen, device=gen.device if gen is not None else p.device)
+            n, next_token = accept_reject(draft_tokens, p, q, uniforms.to(p.device), gen)
+            alphas = acceptance_probability(p[:k], q)
+        # count positions whose prefix is the committed one: accepted ones and the first rejected
+        counted = min(n + 1, k)
+        s.alpha_sum += float(alphas[:counted].sum())
+        s.num_proposed += counted
+        emitted = draft_list[:n] + [int(next_token)]
+        if n < k:
+            s.wrong_positions.append(s.num_generated + n)
+        s.accepted_lengths.append(n)
+        if s.keep_logits:
+            s.target_rows.append(target_logits[: n + 1])
+        s.tokens.extend(emitted)
+        s.draft.crop(min(L + n, len(s.draft)))
+        s.target.crop(len(s.tokens) - 1)
+        s.num_target_calls += 1
+        s.draft_time += t1 - t0
+        s.target_time += t2 - t1
+        return emitted
+
+    def _propose(
+        self,
+        draft: _CachedModel,
+        tokens: list[int],
+        k: int,
+        temperature: float,
+        top_p: float,
+        gen: torch.Generator | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft k tokens after `tokens`; returns draft tokens [k] and draft probs q [k, V]."""
+        if k == 0:
+            return torch.empty(0, dtype=torch.long), torch.empty(0, self.vocab_size)
+        feed = torch.tensor([tokens[len(draft) :]], device=draft.device)  # tokens the draft has not seen
+        proposed, probs = [], []
+        for _ in range(k):
+            logits = draft.forward(feed, num_logits=1)[:, : self.vocab_size]  # [1, V]
+            if temperature == 0.0:
+                token = logits.argmax(-1)  # [1]
+            else:
+                q_i = logits_to_probs(logits, temperature, top_p)  # [1, V]
+                token = sample(q_i, gen)
+                probs.append(q_i)
+            proposed.append(token)
+            feed = token.view(1, 1)
+        q = torch.cat(probs) if probs else torch.empty(0)
+        return torch.cat(proposed), q
+
+
+@dataclass
+class _DecodeState:
+    """Mutable bookkeeping of one generate call."""
+
+    draft: _CachedModel
+    target: _CachedModel
+    tokens: list[int]  # committed sequence (prompt or decoder start, then generated)
+    prompt_len: int
+    keep_logits: bool
+    alpha_sum: float = 0.0
+    num_proposed: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    wrong_positions: list[int] = field(default_factory=list)
+    target_rows: list[torch.Tensor] = field(default_factory=list)
+    num_target_calls: int = 0
+    draft_time: float = 0.0
+    target_time: float = 0.0
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    def to_output(self, eos: set[int], wall_time: float) -> SpecOutput:
+        generated = self.tokens[self.prompt_len :]
+        # a step may commit tokens past an EOS that an accepted draft token already emitted
+        cut = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
+        logits = torch.cat(self.target_rows)[:cut] if self.keep_logits and self.target_rows else None
+        return SpecOutput(
+            generated_ids=torch.tensor([generated[:cut]], dtype=torch.long),
+            alpha_sum=self.alpha_sum,
+            num_proposed=self.num_proposed,
+            accepted_lengths=self.accepted_lengths,
+            wrong_positions=[p for p in self.wrong_positions if p < cut],
+            target_logits=logits,
+            num_target_calls=self.num_target_calls,
+            draft_time_s=self.draft_time,
+            target_time_s=self.target_time,
+            wall_time_s=wall_time,
+        )

@@ -1,0 +1,77 @@
+"""Acceptance of a draft against a target over a set of prompts (used by evaluation and demos)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel
+
+from osd.spec.decoder import SpecOutput, SpeculativeDecoder
+
+
+@dataclass
+class AcceptanceStats:
+    """Speculative decoding over many prompts, aggregated token-weighted."""
+
+    alpha: float  # sum of alpha over all counted proposed positions / their number
+    mean_accepted_length: float  # accepted draft tokens per verification step
+    tokens_per_step: float  # generated tokens per verification step (accepted + the target's own)
+    num_generated: int
+    num_steps: int
+    wall_time_s: float
+    draft_time_s: float
+    target_time_s: float
+    per_prompt_alpha: list[float]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.num_generated / self.wall_time_s if self.wall_time_s else float("nan")
+
+    @classmethod
+    def from_outputs(cls, outputs: Sequence[SpecOutput]) -> AcceptanceStats:
+        proposed = sum(o.num_proposed for o in outputs)
+        steps = sum(o.num_target_calls for o in outputs)
+        generated = sum(o.generated_ids.shape[1] for o in outputs)
+        return cls(
+            alpha=sum(o.alpha_sum for o in outputs) / proposed if proposed else math.nan,
+            mean_accepted_length=sum(sum(o.accepted_lengths) for o in outputs) / steps if steps else math.nan,
+            tokens_per_step=generated / steps if steps else math.nan,
+            num_generated=generated,
+            num_steps=steps,
+            wall_time_s=sum(o.wall_time_s for o in outputs),
+            draft_time_s=sum(o.draft_time_s for o in outputs),
+            target_time_s=sum(o.target_time_s for o in outputs),
+            per_prompt_alpha=[o.alpha for o in outputs],
+        )
+
+
+def measure_acceptance(
+    draft: PreTrainedModel,
+    target: PreTrainedModel,
+    prompts: Sequence[torch.Tensor | list[int]],
+    gamma: int = 5,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    eos_token_id: int | list[int] | None = None,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> AcceptanceStats:
+    """Run speculative decoding on each prompt ([1, T] tensor or list of ids) and aggregate."""
+    decoder = SpeculativeDecoder(draft, target, gamma=gamma)
+    outputs = []
+    for prompt in tqdm(prompts, desc="speculative decoding", disable=not progress):
+        ids = prompt if isinstance(prompt, torch.Tensor) else torch.tensor([list(prompt)])
+        outputs.append(
+            decoder.generate(
+                ids.view(1, -1),
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                eos_token_id=eos_token_id,
+                generator=generator,
+            )
+        )
+    return AcceptanceStats.from_outputs(outputs)

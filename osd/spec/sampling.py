@@ -1,0 +1,80 @@
+"""Token distributions and the speculative accept/reject rule (pure tensor functions).
+
+Terms, used the same way everywhere in `osd.spec`:
+- p: the *target* distribution, q: the *draft* distribution, both over the shared vocabulary V.
+- k: the number of draft tokens proposed in one verification step (k <= gamma).
+- accepted: a proposed draft token kept by the rule below; n = number accepted (0..k).
+- recovered token: the token the target emits at the first rejected position, sampled from
+  normalize(max(p - q, 0)); bonus token: the token sampled from p after all k were accepted.
+  Either way each step emits n accepted tokens plus exactly one target token.
+
+Guarantee (Leviathan et al. 2023, Thm 1; Chen et al. 2023): with the rule in `accept_reject`,
+every emitted token is distributed exactly as the target's p given the emitted prefix. At
+temperature 0 both distributions are the argmax point masses, so the rule reduces to "accept
+while the draft's token equals the target's argmax", and the output equals greedy target decoding.
+
+Shapes: k proposed tokens, V vocabulary. `p` is [k + 1, V] (one extra row for the bonus token),
+`q` is [k, V].
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """Softmax of logits / temperature, restricted to the top-p nucleus; one-hot argmax at temperature 0.
+
+    logits: [..., V] -> probs [..., V] (float32).
+    """
+    logits = logits.float()
+    if temperature == 0.0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (the first token is always kept)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row: [..., V] -> [...]. Deterministic argmax for one-hot rows."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Exact per-position acceptance rate alpha = sum_v min(p_v, q_v): [k, V], [k, V] -> [k]."""
+    return torch.minimum(p, q).sum(-1)
+
+
+def accept_reject(
+    draft_tokens: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    uniforms: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[int, torch.Tensor]:
+    """Verify k draft tokens at once; return (n accepted, the one target token emitted after them).
+
+    draft_tokens: [k] long; p: [k + 1, V] target; q: [k, V] draft; uniforms: [k] in [0, 1).
+    Token x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i)) (u_i * q < p, which also
+    covers q = 0); the first rejection ends the step. Returns the emitted token as a 0-d tensor.
+    """
+    k = draft_tokens.shape[0]
+    idx = torch.arange(k, device=p.device)
+    p_x = p[idx, draft_tokens]  # [k]
+    q_x = q[idx, draft_tokens]  # [k]
+    accepted = (uniforms * q_x < p_x).long()  # [k]; greedy: p_x is 1 at the target argmax, else 0
+    n = int(accepted.cumprod(0).sum())
+    if n == k:
+        return n, sample(p[k], generator)  # bonus token from p
+    residual = torch.clamp(p[n] - q[n], min=0.0)  # [V]
+    total = residual.sum()
+    # p == q at this position cannot reject (u*q < p always), so total > 0 here up to rounding
+    residual = residual / total if total > 0 else p[n]
+    return n, sample(residual, generator)
