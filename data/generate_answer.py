@@ -1,0 +1,161 @@
+"""Write the teacher's greedy answer as the assistant turn of every record (offline distillation data).
+
+Prompts use the tokenizer's chat template when it has one, else the Vicuna v1.1 template
+(osd/prompting.py). Generation is batched with left padding. Answers are appended to
+`{output stem}.partial.jsonl` as each batch finishes, so an interrupted run loses at most the
+batch in flight; rerunning the same command skips the records already answered. The final file
+(default `{input stem}_with_answer.json` next to the input) replaces any assistant turn the
+input had, and the partial file is then removed.
+
+    python data/generate_answer.py                                           # spider_train.json, vicuna-7b-v1.5
+    python data/generate_answer.py --filename data/raw_data/gsm8k_train.json --model lmsys/vicuna-7b-v1.3 \
+        --batch_size 16 --max_new_tokens 256 --dtype bfloat16
+    python data/generate_answer.py --filename data/raw_data/spider_train.json --model meta-llama/Llama-2-70b-chat-hf \
+        --device_map auto --dtype bfloat16                                   # a teacher spread over several GPUs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from collector import RAW_DATA_DIR
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, HfArgumentParser
+
+from osd.conversations import load_conversations, save_conversations, user_query
+from osd.prompting import encode_prompt
+
+
+@dataclass
+class GenerateArgs:
+    filename: str = field(default=str(RAW_DATA_DIR / "spider_train.json"), metadata={"help": "Conversation file to answer."})
+    model: str = field(default="lmsys/vicuna-7b-v1.5", metadata={"help": "Teacher model name or path."})
+    output: str | None = field(default=None, metadata={"help": "Default: {input stem}_with_answer.json next to the input."})
+    batch_size: int = field(default=8, metadata={"help": "Prompts per generate call."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Longest answer in tokens."})
+    device_map: str | None = field(default=None, metadata={"help": "e.g. auto, to spread a big teacher over GPUs."})
+    dtype: str = field(default="auto", metadata={"help": "Weights dtype.", "choices": ["auto", "bfloat16", "float16", "float32"]})
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"--batch_size {self.batch_size} / --max_new_tokens {self.max_new_tokens}: expected >= 1")
+
+
+def output_path(args: GenerateArgs) -> Path:
+    src = Path(args.filename)
+    return Path(args.output) if args.output else src.with_name(f"{src.stem}_with_answer.json")
+
+
+def partial_path(output: Path) -> Path:
+    return output.with_name(f"{output.stem}.partial.jsonl")
+
+
+def load_done(partial: Path, records: list[dict]) -> dict[int, str]:
+    """Answers already in the partial file, by record index.
+
+    A torn last line (the run died mid-write) is cut off the file; any other bad line, or a line
+    whose id does not match the input, is an error: the partial file belongs to another input.
+    """
+    if not partial.exists():
+        return {}
+    done: dict[int, str] = {}
+    lines = partial.read_text(encoding="utf-8").splitlines(keepends=True)
+    for n, line in enumerate(lines, start=1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):
+                partial.write_text("".join(lines[:-1]), encoding="utf-8")
+                break
+            raise ValueError(f"{partial}, line {n}: not valid JSON; delete the file to start over") from None
+        i = entry.get("index")
+        if not isinstance(i, int) or not 0 <= i < len(records) or entry.get("id") != records[i].get("id"):
+            raise ValueError(
+                f"{partial}, line {n}: {entry.get('id')!r} at index {i} does not match the input records; "
+                "was it written for another --filename? Delete it to start over"
+            )
+        done[i] = entry["answer"]
+    return done
+
+
+def load_teacher(args: GenerateArgs) -> tuple[torch.nn.Module, AutoTokenizer]:
+    tok = AutoTokenizer.from_pretrained(args.model, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=args.dtype, device_map=args.device_map)
+    if args.device_map is None:
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
+    if tok.pad_token is None:
+        # Padded positions are masked out, so any existing token can serve; add one only when none exists.
+        if tok.unk_token is not None or tok.eos_token is not None:
+            tok.pad_token = tok.unk_token if tok.unk_token is not None else tok.eos_token
+        else:
+            tok.add_special_tokens({"pad_token": "<pad>"})
+            model.resize_token_embeddings(len(tok))
+    return model.eval(), tok
+
+
+def eos_ids(model: torch.nn.Module, tok: AutoTokenizer) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    eos = tok.eos_token_id if eos is None else eos
+    return set(eos) if isinstance(eos, list) else ({eos} if eos is not None else set())
+
+
+@torch.no_grad()
+def generate_batch(model: torch.nn.Module, tok: AutoTokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
+    """Greedy answers for a batch of prompt ids, each cut at its first EOS (kept tokens all decoded)."""
+    batch = tok.pad({"input_ids": prompts}, return_tensors="pt").to(model.device)  # left padded, [B, T]
+    stop = eos_ids(model, tok)
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=sorted(stop) or None,
+    )
+    out = model.generate(**batch, generation_config=config)  # [B, T + N]
+    answers = []
+    for row in out[:, batch["input_ids"].shape[1] :].tolist():
+        end = next((j for j, t in enumerate(row) if t in stop), len(row))
+        answers.append(tok.decode(row[:end], skip_special_tokens=True).strip())
+    return answers
+
+
+def with_answer(record: dict, answer: str) -> dict:
+    """The record with its conversation cut after the first user turn, then the teacher's answer."""
+    turns = record["conversation"]
+    first_user = next(i for i, t in enumerate(turns) if t["role"] == "user")
+    return {**record, "conversation": [*turns[: first_user + 1], {"role": "assistant", "content": answer}]}
+
+
+def main(argv: list[str] | None = None) -> Path:
+    (args,) = HfArgumentParser(GenerateArgs).parse_args_into_dataclasses(args=argv)
+    records = load_conversations(args.filename)
+    out = output_path(args)
+    partial = partial_path(out)
+    done = load_done(partial, records)
+    pending = [i for i in range(len(records)) if i not in done]
+    print(f"{args.filename}: {len(records)} records, {len(done)} already answered in {partial}")
+    if pending:
+        model, tok = load_teacher(args)
+        prompts = {i: encode_prompt(tok, user_query(records[i])) for i in pending}
+        pending.sort(key=lambda i: len(prompts[i]))  # similar lengths per batch: less padding
+        with partial.open("a", encoding="utf-8") as f, tqdm(total=len(records), initial=len(done), unit="rec") as bar:
+            for start in range(0, len(pending), args.batch_size):
+                chunk = pending[start : start + args.batch_size]
+                answers = generate_batch(model, tok, [prompts[i] for i in chunk], args.max_new_tokens)
+                for i, answer in zip(chunk, answers, strict=True):
+                    f.write(json.dumps({"index": i, "id": records[i].get("id"), "answer": answer}, ensure_ascii=False) + "\n")
+                    done[i] = answer
+                f.flush()
+                os.fsync(f.fileno())
+                bar.update(len(chunk))
+    save_conversations([with_answer(r, done[i]) for i, r in enumerate(records)], out)
+    partial.unlink(missing_ok=True)
+    print(f"{out}: {len(records)} records with the teacher's answer ({len(pending)} generated now)")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Build the query streams of the online experiments (a CLI over osd/streams.py).
+
+Without --kind it writes the reference's files from data/raw_data (run the clean scripts first):
+data/sharp.json (abrupt: gsm8k[0:2000] + spider[2000:4000] + finance[4000:6000]),
+data/smooth.json (gradual drift of 6000 records from (0.1, 0.8, 0.1) to (0.8, 0.1, 0.1) over
+[gsm8k, spider, finance]) and data/online_sample.json (200 records of each, which the
+reference meant to write). Every record gets `dataset` and `stream_index`.
+
+    python data/prepare_online.py
+    python data/prepare_online.py --kind abrupt --inputs gsm8k=data/raw_data/gsm8k_train.json \
+        spider=data/raw_data/spider_train.json finance=data/raw_data/gbharti_finance-alpaca_train.json \
+        code=data/raw_data/code_search_net_train.json --lengths 2000 2000 2000 8000 --output data/sharp4.json
+    python data/prepare_online.py --kind drift --inputs a=a.json b=b.json --n 1000 \
+        --start_weights 0.9 0.1 --end_weights 0.1 0.9 --seed 1 --output data/drift.json
+    python data/prepare_online.py --kind mix --inputs a=a.json b=b.json --n 500 --weights 3 1 --output data/mix.json
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collector import RAW_DATA_DIR, REPO_ROOT
+from transformers import HfArgumentParser
+
+from osd.conversations import load_conversations, save_conversations
+from osd.streams import abrupt_stream, drift_stream, mix_stream
+
+REFERENCE_INPUTS = {
+    "gsm8k": "gsm8k_train.json",
+    "spider": "spider_train.json",
+    "finance": "gbharti_finance-alpaca_train.json",
+}
+
+
+@dataclass
+class PrepareArgs:
+    kind: str | None = field(
+        default=None,
+        metadata={"help": "Stream kind; leave out to write the reference's sharp/smooth/online_sample files.",
+                  "choices": ["abrupt", "drift", "mix"]},
+    )
+    inputs: list[str] | None = field(default=None, metadata={"help": "Sources as name=path.json, in stream order."})
+    lengths: list[int] | None = field(default=None, metadata={"help": "abrupt: records per segment, one per input."})
+    n: int = field(default=6000, metadata={"help": "drift/mix: stream length."})
+    start_weights: list[float] | None = field(default=None, metadata={"help": "drift: source proportions at the start."})
+    end_weights: list[float] | None = field(default=None, metadata={"help": "drift: source proportions at the end."})
+    weights: list[float] | None = field(default=None, metadata={"help": "mix: source proportions (default uniform)."})
+    seed: int = field(default=0, metadata={"help": "Seed of drift/mix draws."})
+    output: str | None = field(default=None, metadata={"help": "Output file (default data/{kind}.json)."})
+    raw_dir: str = field(default=str(RAW_DATA_DIR), metadata={"help": "Without --kind: where the cleaned *_train.json files are."})
+    output_dir: str = field(default=str(REPO_ROOT / "data"), metadata={"help": "Without --kind: where the three files go."})
+
+
+def parse_inputs(items: list[str]) -> dict[str, list[dict]]:
+    sources = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--inputs {item!r}: expected name=path.json")
+        if name in sources:
+            raise ValueError(f"--inputs: source name {name!r} given twice")
+        sources[name] = load_conversations(path)
+    return sources
+
+
+def build(args: PrepareArgs, sources: dict[str, list[dict]]) -> list[dict]:
+    if args.kind == "abrupt":
+        if args.lengths is None:
+            raise ValueError("--kind abrupt needs --lengths, one per input")
+        return abrupt_stream(sources, args.lengths)
+    if args.kind == "drift":
+        if args.start_weights is None or args.end_weights is None:
+            raise ValueError("--kind drift needs --start_weights and --end_weights, one per input")
+        return drift_stream(sources, args.n, args.start_weights, args.end_weights, args.seed)
+    return mix_stream(sources, args.n, args.weights, args.seed)
+
+
+def write(stream: list[dict], path: Path) -> None:
+    save_conversations(stream, path)
+    counts = Counter(rec["dataset"] for rec in stream)
+    print(f"{path}: {len(stream)} records ({', '.join(f'{k} {v}' for k, v in counts.items())})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    (args,) = HfArgumentParser(PrepareArgs).parse_args_into_dataclasses(args=argv)
+    if args.kind is not None:
+        if not args.inputs:
+            raise ValueError(f"--kind {args.kind} needs --inputs name=path.json ...")
+        write(build(args, parse_inputs(args.inputs)), Path(args.output or REPO_ROOT / "data" / f"{args.kind}.json"))
+        return
+    sources = {name: load_conversations(Path(args.raw_dir) / file) for name, file in REFERENCE_INPUTS.items()}
+    out = Path(args.output_dir)
+    write(abrupt_stream(sources, [2000, 2000, 2000]), out / "sharp.json")
+    write(drift_stream(sources, 6000, [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], args.seed), out / "smooth.json")
+    write(abrupt_stream(sources, [200, 200, 200]), out / "online_sample.json")
+
+
+if __name__ == "__main__":
+    main()
