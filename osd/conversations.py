@@ -33,10 +33,15 @@ def validate_record(record: Any, index: int, source: str | Path) -> dict:
     if not isinstance(conv, list) or not conv:
         raise ConversationFormatError(f"{where}: missing a non-empty 'conversation' list")
     for t, turn in enumerate(conv):
-        if not isinstance(turn, dict) or not isinstance(turn.get("content"), str) or turn.get("role") not in (
-            "user",
-            "assistant",
-            "system",
+        if (
+            not isinstance(turn, dict)
+            or not isinstance(turn.get("content"), str)
+            or turn.get("role")
+            not in (
+                "user",
+                "assistant",
+                "system",
+            )
         ):
             raise ConversationFormatError(
                 f"{where}: conversation turn {t} must be {{'role': user|assistant|system, 'content': str}}, got {turn!r:.200}"
@@ -58,9 +63,13 @@ def load_conversations(path: str | Path) -> list[dict]:
         else:
             records = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConversationFormatError(f"{path}: not valid JSON ({e}); expected a JSON list of conversation records") from e
+        raise ConversationFormatError(
+            f"{path}: not valid JSON ({e}); expected a JSON list of conversation records"
+        ) from e
     if not isinstance(records, list):
-        raise ConversationFormatError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
+        raise ConversationFormatError(
+            f"{path}: expected a JSON list of records, got {type(records).__name__}"
+        )
     return [validate_record(r, i, path) for i, r in enumerate(records)]
 
 
