@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Convert a Hugging Face model folder to GGUF with the pinned tree's converter, then quantize.
+#   bash llamacpp_patches/convert.sh HF_DIR OUT_DIR/NAME [TYPES...]   # default TYPES: f16 q8_0 q4_0
+#   bash llamacpp_patches/convert.sh osd/demo/models/teacher llamacpp_patches/work/gguf/teacher f16
+# writes OUT_DIR/NAME-<type>.gguf per type (f32/f16/bf16 straight from the converter, the others
+# via llama-quantize from the f16 file). Run build.sh first (it fetches the tree and llama-quantize).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PYTHON="${PYTHON:-$HERE/../.venv/bin/python}"
+SRC="${LLAMACPP_SRC:-$HERE/work/llama.cpp}"
+QUANTIZE="$SRC/build/bin/llama-quantize"
+HF_DIR="$1"
+OUT="$2"
+shift 2
+if [[ $# -gt 0 ]]; then TYPES=("$@"); else TYPES=(f16 q8_0 q4_0); fi
+
+mkdir -p "$(dirname "$OUT")"
+for TYPE in "${TYPES[@]}"; do
+    case "$TYPE" in
+        f32|f16|bf16)
+            "$PYTHON" "$SRC/convert_hf_to_gguf.py" "$HF_DIR" --outtype "$TYPE" --outfile "$OUT-$TYPE.gguf" ;;
+        *)
+            [[ -f "$OUT-f16.gguf" ]] || "$PYTHON" "$SRC/convert_hf_to_gguf.py" "$HF_DIR" --outtype f16 --outfile "$OUT-f16.gguf"
+            "$QUANTIZE" "$OUT-f16.gguf" "$OUT-$TYPE.gguf" "$TYPE" ;;
+    esac
+done
+ls -l "$OUT"-*.gguf

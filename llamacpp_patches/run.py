@@ -1,0 +1,140 @@
+"""Serve conversation files with `llama-osd-stream` (target-only, speculative, draft-only) and report.
+
+    python -m llamacpp_patches.run --target_gguf work/gguf/teacher-f16.gguf \
+        --draft_gguf work/gguf/draft-f16.gguf --tokenizer_path osd/demo/models/teacher \
+        --data_path data/local/gsm8k_eval.json data/local/spider_eval.json --limit 10 --label standard
+    python -m llamacpp_patches.report runs/llamacpp/*.jsonl     # the table again, over several runs
+
+Writes, under --out_dir: `{label}_queries.json` (the served records), `{label}_spec.jsonl` (baseline and
+speculative lines, interleaved per query) and `{label}_draft.jsonl` (draft-only lines, for c). The
+prompt template is the Python side's (`osd.prompting`), passed with --osd-template, and the token ids
+llama.cpp produced are checked against `osd.prompting.encode_prompt` after the run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import AutoTokenizer, HfArgumentParser
+
+from osd.conversations import load_conversations, save_conversations, user_query
+from osd.prompting import encode_prompt
+
+from .prompts import osd_template, template_mismatches
+from .report import format_table, load_lines, summarize
+
+DEFAULT_BINARY = str(Path(__file__).parent / "work" / "llama.cpp" / "build" / "bin" / "llama-osd-stream")
+
+
+@dataclass
+class StreamArgs:
+    target_gguf: str = field(metadata={"help": "target (teacher) model, GGUF"})
+    draft_gguf: str = field(metadata={"help": "draft (student) model, GGUF, same tokenizer as the target"})
+    tokenizer_path: str = field(
+        metadata={"help": "HF folder or hub name of the target's tokenizer (prompt template)"}
+    )
+    data_path: list[str] = field(
+        metadata={"help": "conversation JSON files; a record without 'dataset' gets the file stem"}
+    )
+    label: str | None = field(
+        default=None, metadata={"help": "prefix of the output files (default: the draft's file stem)"}
+    )
+    out_dir: str = field(default="runs/llamacpp", metadata={"help": "where the JSONL outputs go"})
+    limit: int = field(default=20, metadata={"help": "records served per data file"})
+    max_new_tokens: int = field(default=128, metadata={"help": "-n: new tokens per query"})
+    gamma: int = field(default=5, metadata={"help": "--spec-draft-n-max: draft tokens per verification step"})
+    threads: int = field(default=2, metadata={"help": "-t / -tb: CPU threads"})
+    ctx_size: int = field(default=2048, metadata={"help": "-c: context size of both models"})
+    binary: str = field(
+        default=DEFAULT_BINARY, metadata={"help": "the llama-osd-stream executable (build.sh)"}
+    )
+    extra_args: str = field(
+        default="", metadata={"help": "more llama.cpp flags, e.g. '-ngl 99 -ngld 99' on a GPU"}
+    )
+    skip_draft_baseline: bool = field(
+        default=False, metadata={"help": "reuse an existing {label}_draft.jsonl"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.limit < 1 or self.max_new_tokens < 1 or self.gamma < 1:
+            raise ValueError(
+                f"--limit, --max_new_tokens and --gamma must be >= 1, got {self.limit}, {self.max_new_tokens}, {self.gamma}"
+            )
+        if not Path(self.binary).exists():
+            raise FileNotFoundError(
+                f"--binary {self.binary}: not built; run `bash llamacpp_patches/build.sh`"
+            )
+        self.label = self.label or Path(self.draft_gguf).stem
+
+
+def collect_queries(paths: list[str], limit: int) -> list[dict]:
+    """The first `limit` records of each file, with `dataset` defaulting to the file stem."""
+    records = []
+    for path in paths:
+        for rec in load_conversations(path)[:limit]:
+            records.append({**rec, "dataset": rec.get("dataset") or Path(path).stem})
+    return records
+
+
+def check_prompt_ids(lines: list[dict], records: list[dict], tokenizer) -> list[str]:
+    """Ids of the queries whose llama.cpp prompt ids differ from osd.prompting.encode_prompt."""
+    return [
+        x["id"]
+        for x in lines
+        if x.get("prompt_ids") is not None
+        and x["prompt_ids"] != encode_prompt(tokenizer, user_query(records[x["index"]]))
+    ]
+
+
+def stream(args: StreamArgs, model: str, mode: str, data: Path, out: Path, template: str) -> None:
+    cmd = [
+        args.binary, "-m", model, "-n", str(args.max_new_tokens), "-c", str(args.ctx_size),
+        "-t", str(args.threads), "-tb", str(args.threads), "--spec-draft-n-max", str(args.gamma),
+        "--osd-data", str(data), "--osd-out", str(out), "--osd-mode", mode,
+        "--osd-template", template, "--osd-dump-ids", *shlex.split(args.extra_args),
+    ]  # fmt: skip
+    if mode != "baseline":
+        cmd += ["-md", args.draft_gguf]
+    print("+", shlex.join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    (args,) = HfArgumentParser(StreamArgs).parse_args_into_dataclasses(args=argv)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path)
+    template = osd_template(tokenizer)
+    records = collect_queries(args.data_path, args.limit)
+    bad = template_mismatches(tokenizer, template, records)
+    if bad:
+        raise ValueError(
+            f"the chat template of {args.tokenizer_path} renders records {bad[:10]} differently from a plain {{query}} slot"
+        )
+
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = out_dir / f"{args.label}_queries.json"
+    save_conversations(records, data)
+    spec, draft = out_dir / f"{args.label}_spec.jsonl", out_dir / f"{args.label}_draft.jsonl"
+    stream(args, args.target_gguf, "both", data, spec, template)
+    if not args.skip_draft_baseline:
+        stream(args, args.draft_gguf, "baseline", data, draft, template)
+
+    lines = load_lines(spec) + load_lines(draft)
+    mismatched = check_prompt_ids(lines, records, tokenizer)
+    if mismatched:
+        print(
+            f"WARNING: llama.cpp tokenized {len(set(mismatched))} prompts differently from osd.prompting: {sorted(set(mismatched))[:10]}"
+        )
+    rows = summarize(lines)
+    print(format_table(rows))
+    (out_dir / f"{args.label}_summary.json").write_text(
+        json.dumps([r.__dict__ for r in rows], indent=1) + "\n", encoding="utf-8"
+    )
+
+
+if __name__ == "__main__":
+    main()
