@@ -40,6 +40,7 @@ metrics as an uninterrupted one (the metrics callback drops entries logged after
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -57,6 +58,8 @@ from osd.conversations import GROUP_FIELDS
 from osd.distill.losses import Divergence
 from osd.distill.trainer import DistillTrainer
 from osd.spec import SpecOutput, SpeculativeDecoder
+
+logger = logging.getLogger(__name__)
 
 ONLINE_STATE_NAME = "online_state.json"
 ONLINE_BUFFER_NAME = "online_buffer.pt"
@@ -257,6 +260,12 @@ class OnlineDistillTrainer(DistillTrainer):
                     f"online mode serves one query per step on one process: --{flag} must be 1, got {value} "
                     "(batch queries with --online_update_interval instead)"
                 )
+        if a.sample_source != "teacher":
+            logger.warning(
+                "--sample_source %s is ignored in online mode: the draft is distilled on the served sequence, "
+                "which the target's verification produced",
+                a.sample_source,
+            )
         self.buffer_dtype = buffer_dtype
         self.online = OnlineState()
         self.buffers: dict[str, list[BufferedQuery]] = {}

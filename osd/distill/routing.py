@@ -12,20 +12,34 @@ optimizer step then leaves them unchanged). One optimizer holds all drafts' para
 
 Checkpoints hold one Hugging Face model folder per draft (`checkpoint-N/{route}/`), loadable
 with `from_pretrained`, and resume like any online run.
+
+Command line: every flag of `osd.train` (--mode is online), plus --route_by and --routes:
+
+    python -m osd.distill.routing --route_by topic --student_model_path JackFram/llama-160m \
+        --teacher_model_path lmsys/vicuna-7b-v1.3 --data_path data/arena/mix_topics.json \
+        --output_dir runs/arena_routed --per_device_train_batch_size 1 --learning_rate 1e-5 \
+        --lr_scheduler_type constant --online_update_interval 1 --online_eval_interval 1 --report_to wandb
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import os
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import HfArgumentParser, PreTrainedModel
 from transformers.trainer import TRAINING_ARGS_NAME
 
+from osd.conversations import GROUP_FIELDS, record_groups
+from osd.distill.callbacks import setup_wandb
+from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
+from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer
 
 Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
@@ -120,3 +134,67 @@ class RoutedOnlineDistillTrainer(OnlineDistillTrainer):
                 )
             saved = type(draft).from_pretrained(folder, dtype=draft.dtype)
             draft.load_state_dict(saved.state_dict())
+
+
+@dataclass
+class RoutingArguments:
+    route_by: str = field(
+        default="topic", metadata={"help": f"Record field that picks the draft, one of {list(GROUP_FIELDS)}."}
+    )
+    routes: list[str] | None = field(
+        default=None,
+        metadata={"help": "Route names, one draft each (default: every value of --route_by in the stream)."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.route_by not in GROUP_FIELDS:
+            raise ValueError(f"--route_by must be one of {list(GROUP_FIELDS)}, got {self.route_by!r}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Online distillation with one draft per --route_by value, every draft starting from --student_model_path."""
+    from osd.train import check_vocabularies, load_model, load_tokenizer
+
+    parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments, RoutingArguments))
+    model_args, data_args, args, routing = parser.parse_args_into_dataclasses(args=argv)
+    if model_args.teacher_model_path is None or data_args.data_path is None:
+        raise ValueError("--teacher_model_path and --data_path (the stream) are required")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_wandb(args.report_to)
+    args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
+    tokenizer = load_tokenizer(model_args.teacher_model_path, model_args.cache_dir)
+    student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
+    teacher = load_model(
+        model_args.teacher_model_path,
+        model_args.teacher_dtype,
+        model_args.cache_dir,
+        model_args.teacher_device_map,
+    )
+    check_vocabularies(student, teacher, tokenizer)
+    is_enc_dec = bool(student.config.is_encoder_decoder)
+    stream = ConversationDataset(data_args.data_path, tokenizer, data_args.model_max_length, is_enc_dec)
+    values = [record_groups(r).get(routing.route_by) for r in stream.records]
+    routes = routing.routes or list(dict.fromkeys(v for v in values if v is not None))
+    if not routes:
+        raise ValueError(f"{data_args.data_path}: no record has a '{routing.route_by}' field to route by")
+    trainer = RoutedOnlineDistillTrainer(
+        model=RoutedDrafts.copies(student, routes),
+        router=field_router(routing.route_by),
+        teacher_model=teacher,
+        args=args,
+        train_dataset=stream,
+        data_collator=DistillCollator(
+            tokenizer.pad_token_id,
+            is_enc_dec,
+            student.config.decoder_start_token_id,
+            data_args.model_max_length,
+        ),
+        processing_class=tokenizer,
+    )
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.save_model()
+    trainer.save_state()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

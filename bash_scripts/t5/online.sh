@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Online distillation of a T5 draft (t5-efficient-small) from flan-t5-xl on a dataset stream; the loss
+# counts every generated token (the reference's --all_token_mask True), one update every 2 queries.
+#
+#   bash bash_scripts/t5/online.sh runs/t5_gsm8k_online gsm8k teacher forward
+#   STUDENT=google/t5-efficient-base bash bash_scripts/t5/online.sh runs/t5_spider spider teacher jsd
+#
+# Arguments: {savepath} {dataset: data/raw_data/{dataset}_train.json} [sample_source (ignored online)] [kl_method]
+set -euo pipefail
+
+SAVEPATH=${1:?usage: bash bash_scripts/t5/online.sh {savepath} {dataset} [sample_source] [kl_method]}
+DATASET=${2:?usage: bash bash_scripts/t5/online.sh {savepath} {dataset} [sample_source] [kl_method]}
+SAMPLE_SOURCE=${3:-teacher}
+KL_METHOD=${4:-forward}
+STUDENT=${STUDENT:-google/t5-efficient-small}
+TEACHER=${TEACHER:-google/flan-t5-xl}
+DATA=${DATA:-data/raw_data/${DATASET}_train.json}
+UPDATE_INTERVAL=${UPDATE_INTERVAL:-2}
+LR=${LR:-2e-5}
+PRECISION=${PRECISION:---bf16 True}
+REPORT_TO=${REPORT_TO:-wandb}
+
+python -m osd.train \
+    --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$DATA" \
+    --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
+    --online_loss_positions all --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \
+    --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
+    --learning_rate "$LR" --lr_scheduler_type constant --max_grad_norm 0 \
+    --model_max_length 1024 --max_new_tokens 128 --save_strategy steps --save_steps 500 --logging_steps 50 \
+    $PRECISION --report_to "$REPORT_TO"
