@@ -10,7 +10,7 @@ and code_search_net_test.json (--eval_size, 200).
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, first_present, main
+from collector import DatasetSpec, Split, conversation, first_present, cli
 
 INSTRUCTION = "Please generate code based on the following doc:\n"
 DOC_FIELDS = ("func_documentation_string", "docstring")
@@ -32,5 +32,9 @@ def transform(case: dict) -> dict | None:
     return {"conversation": conversation(INSTRUCTION + first_present(case, DOC_FIELDS), first_present(case, CODE_FIELDS))}
 
 
+def main(argv: list[str] | None = None) -> None:
+    cli(SPEC, transform, argv)
+
+
 if __name__ == "__main__":
-    main(SPEC, transform)
+    main()

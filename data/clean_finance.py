@@ -10,7 +10,7 @@ gbharti_finance-alpaca_train.json.
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, main
+from collector import DatasetSpec, Split, conversation, cli
 
 SPEC = DatasetSpec(
     name="gbharti_finance-alpaca",
@@ -29,5 +29,9 @@ def transform(case: dict) -> dict:
     return {"conversation": conversation(query, case["output"])}
 
 
+def main(argv: list[str] | None = None) -> None:
+    cli(SPEC, transform, argv)
+
+
 if __name__ == "__main__":
-    main(SPEC, transform)
+    main()

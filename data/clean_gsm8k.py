@@ -9,7 +9,7 @@ Writes data/raw_data/gsm8k_train.json (--size, default 10000) and gsm8k_test.jso
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, main
+from collector import DatasetSpec, Split, conversation, cli
 
 SPEC = DatasetSpec(
     name="gsm8k",
@@ -25,5 +25,9 @@ def transform(case: dict) -> dict:
     return {"conversation": conversation(case["question"], case["answer"])}
 
 
+def main(argv: list[str] | None = None) -> None:
+    cli(SPEC, transform, argv)
+
+
 if __name__ == "__main__":
-    main(SPEC, transform)
+    main()

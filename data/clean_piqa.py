@@ -9,7 +9,7 @@ Writes data/raw_data/piqa_train.json (--size, 10000) and piqa_test.json (--eval_
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, main
+from collector import DatasetSpec, Split, conversation, cli
 
 SPEC = DatasetSpec(
     name="piqa",
@@ -27,5 +27,9 @@ def transform(case: dict) -> dict:
     return {"conversation": conversation(case["goal"], answer)}
 
 
+def main(argv: list[str] | None = None) -> None:
+    cli(SPEC, transform, argv)
+
+
 if __name__ == "__main__":
-    main(SPEC, transform)
+    main()

@@ -10,7 +10,7 @@ Writes data/raw_data/spider_train.json (--size, default 10000) and spider_valida
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, main
+from collector import DatasetSpec, Split, conversation, cli
 
 INSTRUCTION = (
     "Could you translate the following question into SQL. "
@@ -31,5 +31,9 @@ def transform(case: dict) -> dict:
     return {"conversation": conversation(INSTRUCTION + case["question"], case["query"])}
 
 
+def main(argv: list[str] | None = None) -> None:
+    cli(SPEC, transform, argv)
+
+
 if __name__ == "__main__":
-    main(SPEC, transform)
+    main()

@@ -8,7 +8,7 @@ Writes data/raw_data/xsum_train.json (--size, 10000) and xsum_test.json (--eval_
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, main
+from collector import DatasetSpec, Split, conversation, cli
 
 INSTRUCTION = "Summarize the following document in one sentence:\n"
 
@@ -26,5 +26,9 @@ def transform(case: dict) -> dict:
     return {"conversation": conversation(INSTRUCTION + case["document"], case["summary"])}
 
 
+def main(argv: list[str] | None = None) -> None:
+    cli(SPEC, transform, argv)
+
+
 if __name__ == "__main__":
-    main(SPEC, transform)
+    main()

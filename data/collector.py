@@ -310,7 +310,7 @@ def parse(argv: Sequence[str] | None, options: type | None = None) -> tuple[Coll
     return parsed[0], (parsed[1] if options is not None else None)
 
 
-def main(spec: DatasetSpec, transform: Transform, argv: Sequence[str] | None = None) -> list[SplitReport]:
+def cli(spec: DatasetSpec, transform: Transform, argv: Sequence[str] | None = None) -> list[SplitReport]:
     """Entry point of a clean script without options of its own."""
     args, _ = parse(argv)
     return collect(spec, args, transform)
