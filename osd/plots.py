@@ -77,8 +77,14 @@ def plot_alpha(
     references: dict[str, float] | None = None,
     bands: Sequence[tuple[int, int, str]] = (),
     title: str = "",
+    segment_references: dict[str, Sequence[tuple[int, int, float]]] | None = None,
 ) -> Path:
-    """Moving-averaged alpha of each run over queries, with reference lines and dataset bands; writes a PNG."""
+    """Moving-averaged alpha of each run over queries, with reference lines and dataset bands; writes a PNG.
+
+    references: label -> alpha, a dashed line across the plot (e.g. an offline-distilled draft);
+    segment_references: label -> [(first query, end query, alpha)], dotted lines over parts of the
+    stream (e.g. Standard SD per dataset segment).
+    """
     fig, ax = plt.subplots(figsize=(8, 4.5))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (start, end, name) in enumerate(bands):
@@ -103,6 +109,12 @@ def plot_alpha(
             color=["red", "gray", "black", "purple"][i % 4],
             label=f"{label} ({value:.3f})",
         )
+    for i, (label, segments) in enumerate((segment_references or {}).items()):
+        color = ["black", "gray", "brown"][i % 3]
+        for j, (start, end, value) in enumerate(segments):
+            ax.hlines(
+                value, start, end, colors=color, linestyles=":", lw=1.6, label=label if j == 0 else None
+            )
     ax.set_xlabel("queries served")
     ax.set_ylabel(f"alpha (moving average over {window:g} queries)")
     ax.set_title(title, pad=14 if bands else 6)

@@ -203,6 +203,7 @@ class OnlineState:
             "alpha_window": _alpha(self.queries[-window:]),
             "alpha_cumulative": self.alpha_sum / self.num_proposed if self.num_proposed else math.nan,
             "accepted_length": sum(q.accepted for q in recent) / steps if steps else math.nan,
+            "proposed": sum(q.num_proposed for q in recent),  # the weight of "alpha" when aggregating entries
             "queries": len(self.queries),
             "online_updates": self.updates,
             "update_time_share": self.update_time_s / self.serve_time_s if self.serve_time_s else 0.0,
