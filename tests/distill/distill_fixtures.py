@@ -1,0 +1,101 @@
+"""Builders for tests/distill: a tiny tokenizer, tiny random Llama-like and T5 models, a tiny conversation file."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    T5Config,
+    T5ForConditionalGeneration,
+)
+
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+WORDS = (
+    "A chat between a curious user and an artificial intelligence assistant . The gives helpful , detailed "
+    "polite answers to the 's questions USER : ASSISTANT what is one two three four five plus minus "
+    "select from table where sum of it equals yes no"
+).split()
+VOCAB = 64
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {tok: i for i, tok in enumerate(dict.fromkeys(SPECIALS + WORDS))}
+    assert len(vocab) <= VOCAB, len(vocab)
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
+
+
+def llama(layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # sharper logits: fewer argmax near-ties, more varied greedy outputs
+        model.get_output_embeddings().weight.mul_(4.0)
+    return model
+
+
+def t5(layers: int, d_model: int, seed: int) -> T5ForConditionalGeneration:
+    torch.manual_seed(seed)
+    config = T5Config(
+        vocab_size=VOCAB,
+        d_model=d_model,
+        d_kv=8,
+        d_ff=2 * d_model,
+        num_layers=layers,
+        num_decoder_layers=layers,
+        num_heads=4,
+        decoder_start_token_id=0,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    model = T5ForConditionalGeneration(config).eval()
+    # a random T5 with tied embeddings just copies its decoder input (greedy: pad forever);
+    # an untied random head makes it generate varied tokens
+    config.tie_word_embeddings = False
+    model.lm_head = torch.nn.Linear(d_model, VOCAB, bias=False)
+    return model
+
+
+QUERIES = [
+    "what is one plus two",
+    "select sum from table",
+    "what is four minus three plus five",
+    "is it yes",
+    "two plus two equals",
+    "select it from table where one equals one",
+]
+ANSWERS = ["three", "select sum of it", "six", "yes", "four", "select it"]
+
+
+def write_conversations(path, with_answers: bool = True, groups: bool = True) -> str:
+    records = []
+    for i, (q, a) in enumerate(zip(QUERIES, ANSWERS, strict=True)):
+        conv = [{"role": "user", "content": q}] + (
+            [{"role": "assistant", "content": a}] if with_answers else []
+        )
+        record = {"id": f"r{i}", "conversation": conv}
+        if groups:
+            record["dataset"] = "sql" if q.startswith("select") else "math"
+        records.append(record)
+    path.write_text(json.dumps(records))
+    return str(path)
