@@ -1,0 +1,148 @@
+"""data/generate_answer.py with a tiny random Llama and a word-level tokenizer built here.
+
+The reference answer of each record is HF `generate` on that prompt alone (no padding), cut at
+the first EOS: batching with left padding must not change it, the last token must not be
+dropped (the reference's bug), and an interrupted run resumed must lose and duplicate nothing.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import generate_answer
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from osd.conversations import load_conversations, save_conversations, user_query
+from osd.prompting import PLAIN_TEMPLATE, encode_prompt
+
+WORDS = sorted(set(re.findall(r"\w+|[^\w\s]+", PLAIN_TEMPLATE.format(query=""))))  # as pre_tokenizers.Whitespace splits
+QUERY_WORDS = "how many apples does tom have if he buys three more red green blue cars".split()
+MAX_NEW = 6
+VOCAB = {"<unk>": 0, "<s>": 1, "</s>": 2}
+for _w in WORDS + QUERY_WORDS:
+    VOCAB.setdefault(_w, len(VOCAB))
+WORDS_BY_ID = {i: w for w, i in VOCAB.items()}
+
+
+QUERIES = [" ".join(QUERY_WORDS[(i * 3) % len(QUERY_WORDS) :][: 2 + i]) for i in range(7)]  # different lengths
+
+
+def greedy(model, tok, query: str, eos: list[int] | None) -> list[int]:
+    """Greedy answer ids for one unpadded prompt, up to (not including) the first EOS."""
+    ids = torch.tensor([encode_prompt(tok, query)])
+    out = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=eos, pad_token_id=0)
+    new = out[0, ids.shape[1] :].tolist()
+    return new[: min((new.index(t) for t in eos or [] if t in new), default=len(new))]
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(tmp_path_factory) -> Path:
+    tk = Tokenizer(models.WordLevel(VOCAB, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(VOCAB), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+    )
+    model = LlamaForCausalLM(config).eval()
+    # A random model never says </s>; make a word it emits in some answers but not all a second
+    # EOS (as Llama-3's generation config lists several), so that some answers stop early.
+    free = [greedy(model, tok, q, eos=None) for q in QUERIES]
+    counts = {t: sum(t in ids[1:] for ids in free) for ids in free for t in ids[1:]}
+    model.generation_config.eos_token_id = [2, next(t for t, c in counts.items() if 0 < c < len(QUERIES))]
+    path = tmp_path_factory.mktemp("teacher")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def conversations(tmp_path) -> Path:
+    recs = []
+    for i, query in enumerate(QUERIES):
+        conv = [{"role": "user", "content": query}] + ([{"role": "assistant", "content": "old answer"}] if i == 0 else [])
+        recs.append({"id": f"q{i}", "conversation": conv, "dataset": "toy"})
+    path = tmp_path / "toy_train.json"
+    save_conversations(recs, path)
+    return path
+
+
+def reference_tokens(teacher_dir: Path, path: Path) -> list[list[int]]:
+    """Each record's greedy answer ids from its unpadded prompt, up to (not including) EOS."""
+    tok = PreTrainedTokenizerFast.from_pretrained(teacher_dir)
+    model = LlamaForCausalLM.from_pretrained(teacher_dir).eval()
+    eos = model.generation_config.eos_token_id
+    return [greedy(model, tok, user_query(rec), eos) for rec in load_conversations(path)]
+
+
+def reference_answers(teacher_dir: Path, path: Path) -> list[str]:
+    tok = PreTrainedTokenizerFast.from_pretrained(teacher_dir)
+    return [tok.decode(ids, skip_special_tokens=True).strip() for ids in reference_tokens(teacher_dir, path)]
+
+
+def flags(teacher_dir: Path, path: Path) -> list[str]:
+    return ["--filename", str(path), "--model", str(teacher_dir), "--batch_size", "3",
+            "--max_new_tokens", str(MAX_NEW), "--dtype", "float32"]
+
+
+def test_batched_answers_match_unbatched_generate(teacher_dir, conversations):
+    out = generate_answer.main(flags(teacher_dir, conversations))
+    assert out == conversations.with_name("toy_train_with_answer.json")
+    got = load_conversations(out)
+    expected = reference_answers(teacher_dir, conversations)
+    assert [r["conversation"][-1]["content"] for r in got] == expected
+    tokens = reference_tokens(teacher_dir, conversations)
+    full = [i for i, ids in enumerate(tokens) if len(ids) == MAX_NEW]
+    assert full and len(full) < len(tokens)  # some answers run to max_new_tokens, others stop at EOS
+    ends_in_word = [i for i in full if tokens[i][-1] > 2]  # special tokens are not decoded
+    assert ends_in_word
+    for i in ends_in_word:  # the reference dropped the last generated token
+        assert got[i]["conversation"][-1]["content"].split()[-1] == WORDS_BY_ID[tokens[i][-1]]
+    assert all([t["role"] for t in r["conversation"]] == ["user", "assistant"] for r in got)  # old answer replaced
+    assert [r["id"] for r in got] == [f"q{i}" for i in range(7)] and got[0]["dataset"] == "toy"
+    assert not out.with_name("toy_train_with_answer.partial.jsonl").exists()
+
+
+def test_interrupted_run_resumes_without_loss_or_duplicates(teacher_dir, conversations, monkeypatch):
+    real = generate_answer.generate_batch
+    seen: list[int] = []
+
+    def dies_on_third_batch(model, tok, prompts, max_new_tokens):
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        seen.append(len(prompts))
+        return real(model, tok, prompts, max_new_tokens)
+
+    monkeypatch.setattr(generate_answer, "generate_batch", dies_on_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        generate_answer.main(flags(teacher_dir, conversations))
+    partial = conversations.with_name("toy_train_with_answer.partial.jsonl")
+    lines = [json.loads(line) for line in partial.read_text().splitlines()]
+    assert len(lines) == 6  # two finished batches of 3 survive the interruption
+    with partial.open("a") as f:
+        f.write('{"index": 6, "id": "q6", "ans')  # a torn write of the batch in flight
+
+    asked: list[int] = []
+
+    def counting(model, tok, prompts, max_new_tokens):
+        asked.append(len(prompts))
+        return real(model, tok, prompts, max_new_tokens)
+
+    monkeypatch.setattr(generate_answer, "generate_batch", counting)
+    out = generate_answer.main(flags(teacher_dir, conversations))
+    assert asked == [1]  # only the unanswered record is generated again
+    got = load_conversations(out)
+    assert [r["id"] for r in got] == [f"q{i}" for i in range(7)]
+    assert [r["conversation"][-1]["content"] for r in got] == reference_answers(teacher_dir, conversations)
+
+
+def test_partial_file_of_another_input_is_refused(teacher_dir, conversations):
+    partial = conversations.with_name("toy_train_with_answer.partial.jsonl")
+    partial.write_text(json.dumps({"index": 0, "id": "other0", "answer": "x"}) + "\n")
+    with pytest.raises(ValueError, match="does not match the input records"):
+        generate_answer.main(flags(teacher_dir, conversations))
