@@ -26,14 +26,20 @@ SPEC = DatasetSpec(
 
 @dataclass
 class ArenaOptions:
-    english_only: bool = field(default=False, metadata={"help": "Keep only records whose `language` is English."})
+    english_only: bool = field(
+        default=False, metadata={"help": "Keep only records whose `language` is English."}
+    )
 
 
 def first_exchange(turns: list[dict]) -> tuple[str | None, str | None]:
     """The first non-empty user turn and the first assistant reply after it."""
     for i, turn in enumerate(turns):
         if turn.get("role") == "user" and present(turn.get("content")):
-            replies = (t["content"] for t in turns[i + 1 :] if t.get("role") == "assistant" and present(t.get("content")))
+            replies = (
+                t["content"]
+                for t in turns[i + 1 :]
+                if t.get("role") == "assistant" and present(t.get("content"))
+            )
             return turn["content"], next(replies, None)
     return None, None
 

@@ -8,7 +8,7 @@ Writes data/raw_data/cnn_dailymail_train.json (--size, 10000) and cnn_dailymail_
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, cli
+from collector import DatasetSpec, Split, cli, conversation
 
 INSTRUCTION = "Summarize the following news article in a few highlights:\n"
 

@@ -10,7 +10,7 @@ and code_search_net_test.json (--eval_size, 200).
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, first_present, cli
+from collector import DatasetSpec, Split, cli, conversation, first_present
 
 INSTRUCTION = "Please generate code based on the following doc:\n"
 DOC_FIELDS = ("func_documentation_string", "docstring")
@@ -29,7 +29,11 @@ SPEC = DatasetSpec(
 def transform(case: dict) -> dict | None:
     if case.get("language", "python") != "python":  # a multi-language raw dump
         return None
-    return {"conversation": conversation(INSTRUCTION + first_present(case, DOC_FIELDS), first_present(case, CODE_FIELDS))}
+    return {
+        "conversation": conversation(
+            INSTRUCTION + first_present(case, DOC_FIELDS), first_present(case, CODE_FIELDS)
+        )
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

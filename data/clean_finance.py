@@ -10,7 +10,7 @@ gbharti_finance-alpaca_train.json.
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, cli
+from collector import DatasetSpec, Split, cli, conversation
 
 SPEC = DatasetSpec(
     name="gbharti_finance-alpaca",

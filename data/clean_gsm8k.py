@@ -9,7 +9,7 @@ Writes data/raw_data/gsm8k_train.json (--size, default 10000) and gsm8k_test.jso
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, cli
+from collector import DatasetSpec, Split, cli, conversation
 
 SPEC = DatasetSpec(
     name="gsm8k",

@@ -9,7 +9,7 @@ Writes data/raw_data/piqa_train.json (--size, 10000) and piqa_test.json (--eval_
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, cli
+from collector import DatasetSpec, Split, cli, conversation
 
 SPEC = DatasetSpec(
     name="piqa",

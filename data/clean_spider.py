@@ -10,7 +10,7 @@ Writes data/raw_data/spider_train.json (--size, default 10000) and spider_valida
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, cli
+from collector import DatasetSpec, Split, cli, conversation
 
 INSTRUCTION = (
     "Could you translate the following question into SQL. "

@@ -34,15 +34,23 @@ SPEC = DatasetSpec(
 
 @dataclass
 class StarcoderOptions:
-    data_dir: str = field(default="assembly", metadata={"help": "Language folder of starcoderdata (also the file prefix)."})
-    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer name or path; default: whitespace pieces."})
+    data_dir: str = field(
+        default="assembly", metadata={"help": "Language folder of starcoderdata (also the file prefix)."}
+    )
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "Tokenizer name or path; default: whitespace pieces."}
+    )
     prompt_start: int = field(default=100, metadata={"help": "First token of the query."})
-    prompt_end: int = field(default=150, metadata={"help": "End of the query (files with fewer tokens are dropped)."})
+    prompt_end: int = field(
+        default=150, metadata={"help": "End of the query (files with fewer tokens are dropped)."}
+    )
     answer_tokens: int = field(default=128, metadata={"help": "Tokens of continuation kept as the answer."})
 
     def __post_init__(self):
         if not 0 <= self.prompt_start < self.prompt_end:
-            raise ValueError(f"--prompt_start {self.prompt_start} / --prompt_end {self.prompt_end}: expected 0 <= start < end")
+            raise ValueError(
+                f"--prompt_start {self.prompt_start} / --prompt_end {self.prompt_end}: expected 0 <= start < end"
+            )
 
 
 def whitespace_pieces(text: str) -> list[str]:
@@ -65,12 +73,18 @@ def transform(case: dict, opts: StarcoderOptions, split, join) -> dict | None:
     if len(pieces) < opts.prompt_end:
         return None
     answer = pieces[opts.prompt_end : opts.prompt_end + opts.answer_tokens]
-    return {"conversation": conversation(join(pieces[opts.prompt_start : opts.prompt_end]), join(answer) if answer else None)}
+    return {
+        "conversation": conversation(
+            join(pieces[opts.prompt_start : opts.prompt_end]), join(answer) if answer else None
+        )
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     args, opts = parse(argv, StarcoderOptions)
-    spec = replace(SPEC, name=SPEC.name.format(data_dir=opts.data_dir), hub_kwargs={"data_dir": opts.data_dir})
+    spec = replace(
+        SPEC, name=SPEC.name.format(data_dir=opts.data_dir), hub_kwargs={"data_dir": opts.data_dir}
+    )
     split, join = piece_splitter(opts.tokenizer)
     collect(spec, args, partial(transform, opts=opts, split=split, join=join))
 

@@ -8,7 +8,7 @@ Writes data/raw_data/xsum_train.json (--size, 10000) and xsum_test.json (--eval_
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, conversation, cli
+from collector import DatasetSpec, Split, cli, conversation
 
 INSTRUCTION = "Summarize the following document in one sentence:\n"
 

@@ -22,7 +22,7 @@ import json
 import random
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,17 +76,33 @@ class DatasetSpec:
 class CollectArgs:
     raw_path: str | None = field(
         default=None,
-        metadata={"help": "Local raw file or folder (json/jsonl/parquet/csv as the dataset ships). "
-                  "Default: download with datasets.load_dataset."},
+        metadata={
+            "help": "Local raw file or folder (json/jsonl/parquet/csv as the dataset ships). "
+            "Default: download with datasets.load_dataset."
+        },
     )
-    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset id (default: the script's)."})
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub config name (default: the script's)."})
-    output_dir: str = field(default=str(RAW_DATA_DIR), metadata={"help": "Where {name}_{split}.json files go."})
-    size: int = field(default=10000, metadata={"help": "Records per training split (random sample); <= 0 keeps all."})
-    eval_size: int = field(default=200, metadata={"help": "Records per test/validation/eval split; <= 0 keeps all."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Hub dataset id (default: the script's)."}
+    )
+    dataset_config: str | None = field(
+        default=None, metadata={"help": "Hub config name (default: the script's)."}
+    )
+    output_dir: str = field(
+        default=str(RAW_DATA_DIR), metadata={"help": "Where {name}_{split}.json files go."}
+    )
+    size: int = field(
+        default=10000, metadata={"help": "Records per training split (random sample); <= 0 keeps all."}
+    )
+    eval_size: int = field(
+        default=200, metadata={"help": "Records per test/validation/eval split; <= 0 keeps all."}
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the random sample."})
-    strict: bool = field(default=False, metadata={"help": "Fail on a record missing a required field instead of skipping it."})
-    splits: list[str] | None = field(default=None, metadata={"help": "Output splits to write (default: all of the script's)."})
+    strict: bool = field(
+        default=False, metadata={"help": "Fail on a record missing a required field instead of skipping it."}
+    )
+    splits: list[str] | None = field(
+        default=None, metadata={"help": "Output splits to write (default: all of the script's)."}
+    )
 
 
 @dataclass
@@ -130,7 +146,9 @@ def read_raw_file(path: str | Path) -> list[dict]:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in RAW_SUFFIXES:
-        raise RawFormatError(f"{path}: unsupported raw file type {suffix!r}; expected one of {', '.join(RAW_SUFFIXES)}")
+        raise RawFormatError(
+            f"{path}: unsupported raw file type {suffix!r}; expected one of {', '.join(RAW_SUFFIXES)}"
+        )
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -209,12 +227,21 @@ def load_hub_split(spec: DatasetSpec, args: CollectArgs, split: str) -> Sequence
     import datasets
 
     return datasets.load_dataset(
-        args.dataset_name or spec.hub_name, args.dataset_config or spec.hub_config, split=split, **spec.hub_kwargs
+        args.dataset_name or spec.hub_name,
+        args.dataset_config or spec.hub_config,
+        split=split,
+        **spec.hub_kwargs,
     )
 
 
 def convert(
-    cases: Sequence[dict], spec: DatasetSpec, transform: Transform, source: str, want: int, seed: int, strict: bool
+    cases: Sequence[dict],
+    spec: DatasetSpec,
+    transform: Transform,
+    source: str,
+    want: int,
+    seed: int,
+    strict: bool,
 ) -> tuple[list[tuple[int, dict]], int, int, int]:
     """Convert up to `want` records (all when <= 0), visiting them in a seeded random order.
 
@@ -273,7 +300,10 @@ def collect(spec: DatasetSpec, args: CollectArgs, transform: Transform) -> list[
         if raw_path is not None:
             cases, source = load_raw_split(raw_path, split.source)
         else:
-            cases, source = load_hub_split(spec, args, split.source), f"{args.dataset_name or spec.hub_name}[{split.source}]"
+            cases, source = (
+                load_hub_split(spec, args, split.source),
+                f"{args.dataset_name or spec.hub_name}[{split.source}]",
+            )
         want = args.eval_size if split.is_eval else args.size
         carve = spec.carve_eval is not None and split is spec.splits[0]
         if carve and want > 0 and args.eval_size > 0:
@@ -314,4 +344,3 @@ def cli(spec: DatasetSpec, transform: Transform, argv: Sequence[str] | None = No
     """Entry point of a clean script without options of its own."""
     args, _ = parse(argv)
     return collect(spec, args, transform)
-

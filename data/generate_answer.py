@@ -32,17 +32,28 @@ from osd.prompting import encode_prompt
 
 @dataclass
 class GenerateArgs:
-    filename: str = field(default=str(RAW_DATA_DIR / "spider_train.json"), metadata={"help": "Conversation file to answer."})
+    filename: str = field(
+        default=str(RAW_DATA_DIR / "spider_train.json"), metadata={"help": "Conversation file to answer."}
+    )
     model: str = field(default="lmsys/vicuna-7b-v1.5", metadata={"help": "Teacher model name or path."})
-    output: str | None = field(default=None, metadata={"help": "Default: {input stem}_with_answer.json next to the input."})
+    output: str | None = field(
+        default=None, metadata={"help": "Default: {input stem}_with_answer.json next to the input."}
+    )
     batch_size: int = field(default=8, metadata={"help": "Prompts per generate call."})
     max_new_tokens: int = field(default=128, metadata={"help": "Longest answer in tokens."})
-    device_map: str | None = field(default=None, metadata={"help": "e.g. auto, to spread a big teacher over GPUs."})
-    dtype: str = field(default="auto", metadata={"help": "Weights dtype.", "choices": ["auto", "bfloat16", "float16", "float32"]})
+    device_map: str | None = field(
+        default=None, metadata={"help": "e.g. auto, to spread a big teacher over GPUs."}
+    )
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "Weights dtype.", "choices": ["auto", "bfloat16", "float16", "float32"]},
+    )
 
     def __post_init__(self):
         if self.batch_size < 1 or self.max_new_tokens < 1:
-            raise ValueError(f"--batch_size {self.batch_size} / --max_new_tokens {self.max_new_tokens}: expected >= 1")
+            raise ValueError(
+                f"--batch_size {self.batch_size} / --max_new_tokens {self.max_new_tokens}: expected >= 1"
+            )
 
 
 def output_path(args: GenerateArgs) -> Path:
@@ -104,7 +115,9 @@ def eos_ids(model: torch.nn.Module, tok: AutoTokenizer) -> set[int]:
 
 
 @torch.no_grad()
-def generate_batch(model: torch.nn.Module, tok: AutoTokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
+def generate_batch(
+    model: torch.nn.Module, tok: AutoTokenizer, prompts: list[list[int]], max_new_tokens: int
+) -> list[str]:
     """Greedy answers for a batch of prompt ids, each cut at its first EOS (kept tokens all decoded)."""
     batch = tok.pad({"input_ids": prompts}, return_tensors="pt").to(model.device)  # left padded, [B, T]
     stop = eos_ids(model, tok)
@@ -141,12 +154,20 @@ def main(argv: list[str] | None = None) -> Path:
         model, tok = load_teacher(args)
         prompts = {i: encode_prompt(tok, user_query(records[i])) for i in pending}
         pending.sort(key=lambda i: len(prompts[i]))  # similar lengths per batch: less padding
-        with partial.open("a", encoding="utf-8") as f, tqdm(total=len(records), initial=len(done), unit="rec") as bar:
+        with (
+            partial.open("a", encoding="utf-8") as f,
+            tqdm(total=len(records), initial=len(done), unit="rec") as bar,
+        ):
             for start in range(0, len(pending), args.batch_size):
                 chunk = pending[start : start + args.batch_size]
                 answers = generate_batch(model, tok, [prompts[i] for i in chunk], args.max_new_tokens)
                 for i, answer in zip(chunk, answers, strict=True):
-                    f.write(json.dumps({"index": i, "id": records[i].get("id"), "answer": answer}, ensure_ascii=False) + "\n")
+                    f.write(
+                        json.dumps(
+                            {"index": i, "id": records[i].get("id"), "answer": answer}, ensure_ascii=False
+                        )
+                        + "\n"
+                    )
                     done[i] = answer
                 f.flush()
                 os.fsync(f.fileno())

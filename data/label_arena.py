@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector import RAW_DATA_DIR
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, pipeline
 
 from osd.conversations import load_conversations, save_conversations, user_query
 
@@ -52,7 +52,9 @@ TOPIC_KEYWORDS: dict[str, set[str]] = {
         "business company market marketing sales customer revenue startup management strategy finance investment "
         "invest stock profit ceo corporate brand email employee employees product pricing".split()
     ),
-    "Games": set("game games play player players chess minecraft rpg level quest puzzle riddle dungeon pokemon".split()),
+    "Games": set(
+        "game games play player players chess minecraft rpg level quest puzzle riddle dungeon pokemon".split()
+    ),
     "Education": set(
         "learn learning student students school teacher university course explain homework exam math physics "
         "history science lesson essay study theorem equation".split()
@@ -61,7 +63,9 @@ TOPIC_KEYWORDS: dict[str, set[str]] = {
         "friend friends message chat social twitter facebook instagram tweet post reply girlfriend boyfriend "
         "relationship wedding parent parents family text".split()
     ),
-    "Health and Fitness": set("health diet exercise doctor symptoms medicine workout sleep weight disease pain".split()),
+    "Health and Fitness": set(
+        "health diet exercise doctor symptoms medicine workout sleep weight disease pain".split()
+    ),
     "Food": set("recipe cook cooking food eat bake dinner restaurant ingredients".split()),
     "Travel": set("travel trip flight hotel visit tourist vacation city country".split()),
     "Sports": set("football soccer basketball tennis team match olympics coach".split()),
@@ -118,8 +122,6 @@ def keyword_topic(text: str) -> str:
 
 
 def hub_topic_classifier(model: str, batch_size: int) -> Callable[[list[str]], list[str]]:
-    from transformers import pipeline
-
     pipe = pipeline("text-classification", model=model, truncation=True)
     return lambda texts: [out["label"] for out in pipe(texts, batch_size=batch_size)]
 
@@ -139,16 +141,29 @@ def topic_classifier(kind: str, model: str, batch_size: int) -> Callable[[list[s
 
 @dataclass
 class LabelArgs:
-    input: str = field(default=str(RAW_DATA_DIR / "arena_train.json"), metadata={"help": "Conversation file (clean_arena.py)."})
-    mode: str = field(default="mix", metadata={"help": "Files to write.", "choices": ["language", "topic", "mix"]})
-    classifier: str = field(default="auto", metadata={"help": "Topic classifier.", "choices": ["auto", "hub", "local"]})
+    input: str = field(
+        default=str(RAW_DATA_DIR / "arena_train.json"),
+        metadata={"help": "Conversation file (clean_arena.py)."},
+    )
+    mode: str = field(
+        default="mix", metadata={"help": "Files to write.", "choices": ["language", "topic", "mix"]}
+    )
+    classifier: str = field(
+        default="auto", metadata={"help": "Topic classifier.", "choices": ["auto", "hub", "local"]}
+    )
     model: str = field(default=HUB_MODEL, metadata={"help": "Hub text classifier for topics."})
     output_dir: str = field(default=str(RAW_DATA_DIR), metadata={"help": "Where the files go."})
-    languages: list[str] | None = field(default=None, metadata={"help": "language mode: languages to write (default: 5 most frequent)."})
-    topics: list[str] = field(default_factory=lambda: list(REFERENCE_TOPICS), metadata={"help": "mix mode: topics to mix."})
+    languages: list[str] | None = field(
+        default=None, metadata={"help": "language mode: languages to write (default: 5 most frequent)."}
+    )
+    topics: list[str] = field(
+        default_factory=lambda: list(REFERENCE_TOPICS), metadata={"help": "mix mode: topics to mix."}
+    )
     per_topic: int = field(default=5000, metadata={"help": "mix mode: first records taken per topic."})
     seed: int = field(default=0, metadata={"help": "mix mode: shuffle seed."})
-    relabel: bool = field(default=False, metadata={"help": "Recompute `language`/`topic` even where present."})
+    relabel: bool = field(
+        default=False, metadata={"help": "Recompute `language`/`topic` even where present."}
+    )
     batch_size: int = field(default=32, metadata={"help": "Hub classifier batch size."})
 
 
@@ -159,9 +174,13 @@ def label_languages(records: list[dict], relabel: bool) -> list[dict]:
     ]
 
 
-def label_topics(records: list[dict], classify: Callable[[list[str]], list[str]], relabel: bool) -> list[dict]:
+def label_topics(
+    records: list[dict], classify: Callable[[list[str]], list[str]], relabel: bool
+) -> list[dict]:
     """English records get a `topic` (kept when present unless relabel); others are returned unchanged."""
-    todo = [i for i, r in enumerate(records) if r.get("language") == "English" and (relabel or not r.get("topic"))]
+    todo = [
+        i for i, r in enumerate(records) if r.get("language") == "English" and (relabel or not r.get("topic"))
+    ]
     labels = classify([user_query(records[i]) for i in todo]) if todo else []
     out = list(records)
     for i, label in zip(todo, labels, strict=True):
@@ -196,14 +215,20 @@ def main(argv: list[str] | None = None) -> None:
     (args,) = HfArgumentParser(LabelArgs).parse_args_into_dataclasses(args=argv)
     out_dir = Path(args.output_dir)
     records = label_languages(load_conversations(args.input), args.relabel)
-    print(f"{args.input}: {len(records)} records; languages {dict(Counter(r['language'] for r in records).most_common(8))}")
+    print(
+        f"{args.input}: {len(records)} records; languages {dict(Counter(r['language'] for r in records).most_common(8))}"
+    )
     if args.mode == "language":
-        frequent = [lang for lang, _ in Counter(r["language"] for r in records).most_common() if lang != UNKNOWN]
+        frequent = [
+            lang for lang, _ in Counter(r["language"] for r in records).most_common() if lang != UNKNOWN
+        ]
         write_groups(records, "language", args.languages or frequent[:5], out_dir)
         return
     needs_topic = args.relabel or any(r.get("language") == "English" and not r.get("topic") for r in records)
     if needs_topic:
-        records = label_topics(records, topic_classifier(args.classifier, args.model, args.batch_size), args.relabel)
+        records = label_topics(
+            records, topic_classifier(args.classifier, args.model, args.batch_size), args.relabel
+        )
     topics = Counter(r["topic"] for r in records if r.get("topic"))
     print(f"topics {dict(topics.most_common())}")
     if args.mode == "topic":

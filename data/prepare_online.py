@@ -38,19 +38,36 @@ REFERENCE_INPUTS = {
 class PrepareArgs:
     kind: str | None = field(
         default=None,
-        metadata={"help": "Stream kind; leave out to write the reference's sharp/smooth/online_sample files.",
-                  "choices": ["abrupt", "drift", "mix"]},
+        metadata={
+            "help": "Stream kind; leave out to write the reference's sharp/smooth/online_sample files.",
+            "choices": ["abrupt", "drift", "mix"],
+        },
     )
-    inputs: list[str] | None = field(default=None, metadata={"help": "Sources as name=path.json, in stream order."})
-    lengths: list[int] | None = field(default=None, metadata={"help": "abrupt: records per segment, one per input."})
+    inputs: list[str] | None = field(
+        default=None, metadata={"help": "Sources as name=path.json, in stream order."}
+    )
+    lengths: list[int] | None = field(
+        default=None, metadata={"help": "abrupt: records per segment, one per input."}
+    )
     n: int = field(default=6000, metadata={"help": "drift/mix: stream length."})
-    start_weights: list[float] | None = field(default=None, metadata={"help": "drift: source proportions at the start."})
-    end_weights: list[float] | None = field(default=None, metadata={"help": "drift: source proportions at the end."})
-    weights: list[float] | None = field(default=None, metadata={"help": "mix: source proportions (default uniform)."})
+    start_weights: list[float] | None = field(
+        default=None, metadata={"help": "drift: source proportions at the start."}
+    )
+    end_weights: list[float] | None = field(
+        default=None, metadata={"help": "drift: source proportions at the end."}
+    )
+    weights: list[float] | None = field(
+        default=None, metadata={"help": "mix: source proportions (default uniform)."}
+    )
     seed: int = field(default=0, metadata={"help": "Seed of drift/mix draws."})
     output: str | None = field(default=None, metadata={"help": "Output file (default data/{kind}.json)."})
-    raw_dir: str = field(default=str(RAW_DATA_DIR), metadata={"help": "Without --kind: where the cleaned *_train.json files are."})
-    output_dir: str = field(default=str(REPO_ROOT / "data"), metadata={"help": "Without --kind: where the three files go."})
+    raw_dir: str = field(
+        default=str(RAW_DATA_DIR),
+        metadata={"help": "Without --kind: where the cleaned *_train.json files are."},
+    )
+    output_dir: str = field(
+        default=str(REPO_ROOT / "data"), metadata={"help": "Without --kind: where the three files go."}
+    )
 
 
 def parse_inputs(items: list[str]) -> dict[str, list[dict]]:
@@ -88,7 +105,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.kind is not None:
         if not args.inputs:
             raise ValueError(f"--kind {args.kind} needs --inputs name=path.json ...")
-        write(build(args, parse_inputs(args.inputs)), Path(args.output or REPO_ROOT / "data" / f"{args.kind}.json"))
+        write(
+            build(args, parse_inputs(args.inputs)),
+            Path(args.output or REPO_ROOT / "data" / f"{args.kind}.json"),
+        )
         return
     sources = {name: load_conversations(Path(args.raw_dir) / file) for name, file in REFERENCE_INPUTS.items()}
     out = Path(args.output_dir)

@@ -25,17 +25,27 @@ from osd.conversations import load_conversations, save_conversations
 @dataclass
 class SplitArgs:
     input: str = field(metadata={"help": "A conversation-JSON file."})
-    eval_size: int = field(default=200, metadata={"help": "Eval records (time_bins: the number of time bins)."})
+    eval_size: int = field(
+        default=200, metadata={"help": "Eval records (time_bins: the number of time bins)."}
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the draw."})
-    mode: str = field(default="random", metadata={"help": "How eval records are drawn.", "choices": ["random", "time_bins"]})
-    train_output: str | None = field(default=None, metadata={"help": "Default: {input stem}_split_train.json next to the input."})
-    eval_output: str | None = field(default=None, metadata={"help": "Default: {input stem}_split_eval.json next to the input."})
+    mode: str = field(
+        default="random", metadata={"help": "How eval records are drawn.", "choices": ["random", "time_bins"]}
+    )
+    train_output: str | None = field(
+        default=None, metadata={"help": "Default: {input stem}_split_train.json next to the input."}
+    )
+    eval_output: str | None = field(
+        default=None, metadata={"help": "Default: {input stem}_split_eval.json next to the input."}
+    )
 
 
 def random_split(records: list[dict], eval_size: int, seed: int) -> tuple[list[dict], list[dict]]:
     """(train, eval): `eval_size` records drawn with `seed`, both parts in input order."""
     if not 0 < eval_size < len(records):
-        raise ValueError(f"--eval_size {eval_size}: expected between 1 and {len(records) - 1} for {len(records)} records")
+        raise ValueError(
+            f"--eval_size {eval_size}: expected between 1 and {len(records) - 1} for {len(records)} records"
+        )
     chosen = set(random.Random(seed).sample(range(len(records)), eval_size))
     train = [r for i, r in enumerate(records) if i not in chosen]
     return train, [r for i, r in enumerate(records) if i in chosen]
@@ -46,7 +56,9 @@ def first_user_turn(record: dict) -> dict:
     return {**record, "conversation": [turn]}
 
 
-def time_bin_split(records: list[dict], num_bins: int, seed: int, source: str = "input") -> tuple[list[dict], list[dict]]:
+def time_bin_split(
+    records: list[dict], num_bins: int, seed: int, source: str = "input"
+) -> tuple[list[dict], list[dict]]:
     """(train, eval): one random record per non-empty equal-width time bin goes to eval.
 
     The reference crashed on an empty bin; here empty bins are skipped, so eval may be smaller.
@@ -55,7 +67,9 @@ def time_bin_split(records: list[dict], num_bins: int, seed: int, source: str = 
         if not isinstance(rec.get("tstamp"), int | float):
             raise ValueError(f"{source}, record {i}: time_bins mode needs a numeric 'tstamp' field")
     if num_bins < 1 or not records:
-        raise ValueError(f"--eval_size {num_bins} bins over {len(records)} records: expected at least one of each")
+        raise ValueError(
+            f"--eval_size {num_bins} bins over {len(records)} records: expected at least one of each"
+        )
     ordered = sorted(records, key=lambda r: r["tstamp"])
     start, width = ordered[0]["tstamp"], (ordered[-1]["tstamp"] - ordered[0]["tstamp"]) / num_bins
     bins: dict[int, list[int]] = {}

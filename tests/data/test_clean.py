@@ -65,9 +65,20 @@ def test_spider_instruction_question_to_query_and_dev_file_as_validation(tmp_pat
 
 def test_finance_input_appended_and_eval_carved_from_train(tmp_path):
     raw = json.loads((FIX / "finance" / "Cleaned_date.json").read_text())
-    run("clean_finance", tmp_path, "--raw_path", str(FIX / "finance" / "Cleaned_date.json"), "--eval_size", "2")
-    train = by_index(load_conversations(tmp_path / "gbharti_finance-alpaca_train.json"), "gbharti_finance-alpaca", "train")
-    evals = by_index(load_conversations(tmp_path / "gbharti_finance-alpaca_eval.json"), "gbharti_finance-alpaca", "eval")
+    run(
+        "clean_finance",
+        tmp_path,
+        "--raw_path",
+        str(FIX / "finance" / "Cleaned_date.json"),
+        "--eval_size",
+        "2",
+    )
+    train = by_index(
+        load_conversations(tmp_path / "gbharti_finance-alpaca_train.json"), "gbharti_finance-alpaca", "train"
+    )
+    evals = by_index(
+        load_conversations(tmp_path / "gbharti_finance-alpaca_eval.json"), "gbharti_finance-alpaca", "eval"
+    )
     assert len(evals) == 2 and len(train) == 3 and not set(train) & set(evals)
     assert 3 not in train | evals  # empty output
     for i, rec in (train | evals).items():
@@ -92,7 +103,9 @@ def test_code_search_hub_and_original_field_names_and_language_filter(tmp_path, 
         assert assistant_answer(rec) == raw[i]["func_code_string"]
     orig = jsonl(FIX / "code_search_net" / "test.jsonl")
     test = load_conversations(tmp_path / "code_search_net_test.json")
-    assert [(user_query(r), assistant_answer(r)) for r in test] == [(INSTRUCTION + r["docstring"], r["code"]) for r in orig]
+    assert [(user_query(r), assistant_answer(r)) for r in test] == [
+        (INSTRUCTION + r["docstring"], r["code"]) for r in orig
+    ]
     assert "2 records written (4 read, 1 skipped for a missing field, 1 filtered)" in capsys.readouterr().out
 
 

@@ -20,7 +20,9 @@ def gsm8k(*flags: str) -> None:
 
 
 def write_gsm8k_jsonl(path: Path, n: int) -> list[dict]:
-    rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i}+{i}={2 * i}\n#### {2 * i}"} for i in range(n)]
+    rows = [
+        {"question": f"What is {i} plus {i}?", "answer": f"{i}+{i}={2 * i}\n#### {2 * i}"} for i in range(n)
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return rows
@@ -69,7 +71,14 @@ def test_parquet_shards_read_like_jsonl(tmp_path):
     for k, part in enumerate((rows[:4], rows[4:])):
         pq.write_table(pa.Table.from_pylist(part), shards / f"train-0000{k}-of-00002.parquet")
     for src in ("jsonl", "pq"):
-        gsm8k("--raw_path", str(tmp_path / src), "--output_dir", str(tmp_path / f"out_{src}"), "--splits", "train")
+        gsm8k(
+            "--raw_path",
+            str(tmp_path / src),
+            "--output_dir",
+            str(tmp_path / f"out_{src}"),
+            "--splits",
+            "train",
+        )
     a = load_conversations(tmp_path / "out_jsonl" / "gsm8k_train.json")
     b = load_conversations(tmp_path / "out_pq" / "gsm8k_train.json")
     assert a == b and len(a) == 7
@@ -79,8 +88,18 @@ def test_size_samples_deterministically_in_source_order(tmp_path):
     write_gsm8k_jsonl(tmp_path / "raw" / "train.jsonl", 50)
 
     def ids(seed: int, out: str) -> list[str]:
-        gsm8k("--raw_path", str(tmp_path / "raw"), "--output_dir", str(tmp_path / out), "--splits", "train",
-              "--size", "10", "--seed", str(seed))
+        gsm8k(
+            "--raw_path",
+            str(tmp_path / "raw"),
+            "--output_dir",
+            str(tmp_path / out),
+            "--splits",
+            "train",
+            "--size",
+            "10",
+            "--seed",
+            str(seed),
+        )
         return [r["id"] for r in load_conversations(tmp_path / out / "gsm8k_train.json")]
 
     first, again, other = ids(0, "a"), ids(0, "b"), ids(1, "c")

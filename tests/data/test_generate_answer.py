@@ -18,7 +18,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 
-WORDS = sorted(set(re.findall(r"\w+|[^\w\s]+", PLAIN_TEMPLATE.format(query=""))))  # as pre_tokenizers.Whitespace splits
+WORDS = sorted(
+    set(re.findall(r"\w+|[^\w\s]+", PLAIN_TEMPLATE.format(query="")))
+)  # as pre_tokenizers.Whitespace splits
 QUERY_WORDS = "how many apples does tom have if he buys three more red green blue cars".split()
 MAX_NEW = 6
 VOCAB = {"<unk>": 0, "<s>": 1, "</s>": 2}
@@ -27,7 +29,9 @@ for _w in WORDS + QUERY_WORDS:
 WORDS_BY_ID = {i: w for w, i in VOCAB.items()}
 
 
-QUERIES = [" ".join(QUERY_WORDS[(i * 3) % len(QUERY_WORDS) :][: 2 + i]) for i in range(7)]  # different lengths
+QUERIES = [
+    " ".join(QUERY_WORDS[(i * 3) % len(QUERY_WORDS) :][: 2 + i]) for i in range(7)
+]  # different lengths
 
 
 def greedy(model, tok, query: str, eos: list[int] | None) -> list[int]:
@@ -46,8 +50,15 @@ def teacher_dir(tmp_path_factory) -> Path:
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(VOCAB), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     model = LlamaForCausalLM(config).eval()
     # A random model never says </s>; make a word it emits in some answers but not all a second
@@ -65,7 +76,9 @@ def teacher_dir(tmp_path_factory) -> Path:
 def conversations(tmp_path) -> Path:
     recs = []
     for i, query in enumerate(QUERIES):
-        conv = [{"role": "user", "content": query}] + ([{"role": "assistant", "content": "old answer"}] if i == 0 else [])
+        conv = [{"role": "user", "content": query}] + (
+            [{"role": "assistant", "content": "old answer"}] if i == 0 else []
+        )
         recs.append({"id": f"q{i}", "conversation": conv, "dataset": "toy"})
     path = tmp_path / "toy_train.json"
     save_conversations(recs, path)
@@ -86,8 +99,18 @@ def reference_answers(teacher_dir: Path, path: Path) -> list[str]:
 
 
 def flags(teacher_dir: Path, path: Path) -> list[str]:
-    return ["--filename", str(path), "--model", str(teacher_dir), "--batch_size", "3",
-            "--max_new_tokens", str(MAX_NEW), "--dtype", "float32"]
+    return [
+        "--filename",
+        str(path),
+        "--model",
+        str(teacher_dir),
+        "--batch_size",
+        "3",
+        "--max_new_tokens",
+        str(MAX_NEW),
+        "--dtype",
+        "float32",
+    ]
 
 
 def test_batched_answers_match_unbatched_generate(teacher_dir, conversations):
@@ -103,7 +126,9 @@ def test_batched_answers_match_unbatched_generate(teacher_dir, conversations):
     assert ends_in_word
     for i in ends_in_word:  # the reference dropped the last generated token
         assert got[i]["conversation"][-1]["content"].split()[-1] == WORDS_BY_ID[tokens[i][-1]]
-    assert all([t["role"] for t in r["conversation"]] == ["user", "assistant"] for r in got)  # old answer replaced
+    assert all(
+        [t["role"] for t in r["conversation"]] == ["user", "assistant"] for r in got
+    )  # old answer replaced
     assert [r["id"] for r in got] == [f"q{i}" for i in range(7)] and got[0]["dataset"] == "toy"
     assert not out.with_name("toy_train_with_answer.partial.jsonl").exists()
 

@@ -11,7 +11,10 @@ from osd.conversations import load_conversations
 
 
 def write_source(path: Path, name: str, n: int) -> list[dict]:
-    recs = [{"id": f"{name}_train_{i}", "conversation": [{"role": "user", "content": f"{name} {i}"}]} for i in range(n)]
+    recs = [
+        {"id": f"{name}_train_{i}", "conversation": [{"role": "user", "content": f"{name} {i}"}]}
+        for i in range(n)
+    ]
     path.write_text(json.dumps(recs))
     return recs
 
@@ -38,7 +41,9 @@ def test_reference_files(raw_dir, tmp_path):
     # (0.1, 0.8, 0.1) -> (0.8, 0.1, 0.1): spider dominates the start, gsm8k the end
     assert first["spider"] > 3 * first["gsm8k"] and last["gsm8k"] > 3 * last["spider"]
     assert Counter(r["dataset"] for r in load_conversations(out / "online_sample.json")) == {
-        "gsm8k": 200, "spider": 200, "finance": 200,
+        "gsm8k": 200,
+        "spider": 200,
+        "finance": 200,
     }
 
 
@@ -47,8 +52,16 @@ def test_general_kinds_and_flag_errors(tmp_path):
     write_source(a, "a", 3)
     write_source(b, "b", 4)
     out = tmp_path / "abrupt.json"
-    prepare_online.main(["--kind", "abrupt", "--inputs", f"a={a}", f"b={b}", "--lengths", "2", "3", "--output", str(out)])
-    assert [r["id"] for r in load_conversations(out)] == ["a_train_0", "a_train_1", "b_train_2", "b_train_3", "b_train_0"]
+    prepare_online.main(
+        ["--kind", "abrupt", "--inputs", f"a={a}", f"b={b}", "--lengths", "2", "3", "--output", str(out)]
+    )
+    assert [r["id"] for r in load_conversations(out)] == [
+        "a_train_0",
+        "a_train_1",
+        "b_train_2",
+        "b_train_3",
+        "b_train_0",
+    ]
     prepare_online.main(["--kind", "mix", "--inputs", f"a={a}", f"b={b}", "--n", "50", "--output", str(out)])
     assert len(load_conversations(out)) == 50
     with pytest.raises(ValueError, match="--kind drift needs --start_weights and --end_weights"):

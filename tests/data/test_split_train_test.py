@@ -28,7 +28,9 @@ def run(tmp_path: Path, recs: list[dict], *flags: str) -> tuple[list[dict], list
     src = tmp_path / "in.json"
     src.write_text(json.dumps(recs))
     split_train_test.main(["--input", str(src), *flags])
-    return load_conversations(tmp_path / "in_split_train.json"), load_conversations(tmp_path / "in_split_eval.json")
+    return load_conversations(tmp_path / "in_split_train.json"), load_conversations(
+        tmp_path / "in_split_eval.json"
+    )
 
 
 def test_random_split_is_a_deterministic_partition(tmp_path):
@@ -37,7 +39,9 @@ def test_random_split_is_a_deterministic_partition(tmp_path):
     assert len(evals) == 7 and len(train) == 33
     ids = [r["id"] for r in train + evals]
     assert sorted(ids) == sorted(r["id"] for r in recs)  # nothing lost, nothing duplicated
-    assert [r["id"] for r in train] == [r["id"] for r in recs if r["id"] in {t["id"] for t in train}]  # input order
+    assert [r["id"] for r in train] == [
+        r["id"] for r in recs if r["id"] in {t["id"] for t in train}
+    ]  # input order
     assert run(tmp_path, recs, "--eval_size", "7", "--seed", "5")[1] == evals
     assert run(tmp_path, recs, "--eval_size", "7", "--seed", "6")[1] != evals
     with pytest.raises(ValueError, match="--eval_size 40: expected between 1 and 39"):
@@ -52,7 +56,9 @@ def test_time_bins_skip_empty_bins_and_truncate_eval(tmp_path, capsys):
     assert "2 of 10 time bins are non-empty" in capsys.readouterr().out
     assert len(evals) == 2 and len(train) == 10
     assert sorted(r["tstamp"] < 500 for r in evals) == [False, True]  # one per non-empty bin
-    assert all(r["conversation"] == [r["conversation"][0]] and r["conversation"][0]["role"] == "user" for r in evals)
+    assert all(
+        r["conversation"] == [r["conversation"][0]] and r["conversation"][0]["role"] == "user" for r in evals
+    )
     assert all(len(r["conversation"]) == 3 for r in train)  # train keeps whole conversations
     assert [r["tstamp"] for r in train] == sorted(r["tstamp"] for r in train)
 

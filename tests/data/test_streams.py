@@ -9,7 +9,12 @@ from osd.streams import abrupt_stream, drift_stream, mix_stream
 
 def source(name: str, n: int, **extra) -> list[dict]:
     return [
-        {"id": f"{name}{i}", "conversation": [{"role": "user", "content": f"{name} query {i}"}], "tstamp": i, **extra}
+        {
+            "id": f"{name}{i}",
+            "conversation": [{"role": "user", "content": f"{name} query {i}"}],
+            "tstamp": i,
+            **extra,
+        }
         for i in range(n)
     ]
 
@@ -18,9 +23,24 @@ def test_abrupt_segments_in_order_with_wraparound():
     sources = {"a": source("a", 5), "b": source("b", 3), "c": source("c", 4, topic="Games", dataset="orig")}
     stream = abrupt_stream(sources, [4, 6, 2])
     # position i of the stream takes record i mod len(source) of its segment's source
-    assert [r["id"] for r in stream] == ["a0", "a1", "a2", "a3", "b1", "b2", "b0", "b1", "b2", "b0", "c2", "c3"]
+    assert [r["id"] for r in stream] == [
+        "a0",
+        "a1",
+        "a2",
+        "a3",
+        "b1",
+        "b2",
+        "b0",
+        "b1",
+        "b2",
+        "b0",
+        "c2",
+        "c3",
+    ]
     assert [r["stream_index"] for r in stream] == list(range(12))
-    assert [r["dataset"] for r in stream] == ["a"] * 4 + ["b"] * 6 + ["orig"] * 2  # an existing dataset is kept
+    assert [r["dataset"] for r in stream] == ["a"] * 4 + ["b"] * 6 + [
+        "orig"
+    ] * 2  # an existing dataset is kept
     assert stream[-1]["topic"] == "Games" and "tstamp" not in stream[0]
     assert stream[0]["conversation"] == sources["a"][0]["conversation"]
 
