@@ -1,7 +1,7 @@
 """Write the teacher's greedy answer as the assistant turn of every record (offline distillation data).
 
 Prompts use the tokenizer's chat template when it has one, else the Vicuna v1.1 template
-(osd/prompting.py). Generation is batched with left padding. Answers are appended to
+(osd/prompting.py); an encoder-decoder teacher (e.g. google/flan-t5-xl) reads the bare query. Generation is batched with left padding. Answers are appended to
 `{output stem}.partial.jsonl` as each batch finishes, so an interrupted run loses at most the
 batch in flight; rerunning the same command skips the records already answered. The final file
 (default `{input stem}_with_answer.json` next to the input) replaces any assistant turn the
@@ -12,6 +12,7 @@ input had, and the partial file is then removed.
         --batch_size 16 --max_new_tokens 256 --dtype bfloat16
     python data/generate_answer.py --filename data/raw_data/spider_train.json --model meta-llama/Llama-2-70b-chat-hf \
         --device_map auto --dtype bfloat16                                   # a teacher spread over several GPUs
+    python data/generate_answer.py --filename data/raw_data/gsm8k_train.json --model google/flan-t5-xl
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from pathlib import Path
 import torch
 from collector import RAW_DATA_DIR
 from tqdm import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, HfArgumentParser
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    GenerationConfig,
+    HfArgumentParser,
+)
 
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.prompting import encode_prompt
@@ -95,7 +103,9 @@ def load_done(partial: Path, records: list[dict]) -> dict[int, str]:
 
 def load_teacher(args: GenerateArgs) -> tuple[torch.nn.Module, AutoTokenizer]:
     tok = AutoTokenizer.from_pretrained(args.model, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=args.dtype, device_map=args.device_map)
+    seq2seq = AutoConfig.from_pretrained(args.model).is_encoder_decoder
+    model_cls = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    model = model_cls.from_pretrained(args.model, dtype=args.dtype, device_map=args.device_map)
     if args.device_map is None:
         model.to("cuda" if torch.cuda.is_available() else "cpu")
     if tok.pad_token is None:
@@ -114,6 +124,11 @@ def eos_ids(model: torch.nn.Module, tok: AutoTokenizer) -> set[int]:
     return set(eos) if isinstance(eos, list) else ({eos} if eos is not None else set())
 
 
+def encode_query(model: torch.nn.Module, tok: AutoTokenizer, query: str) -> list[int]:
+    """The chat prompt of a decoder-only teacher; an encoder-decoder (T5) reads the bare query."""
+    return tok(query).input_ids if model.config.is_encoder_decoder else encode_prompt(tok, query)
+
+
 @torch.no_grad()
 def generate_batch(
     model: torch.nn.Module, tok: AutoTokenizer, prompts: list[list[int]], max_new_tokens: int
@@ -127,9 +142,12 @@ def generate_batch(
         pad_token_id=tok.pad_token_id,
         eos_token_id=sorted(stop) or None,
     )
-    out = model.generate(**batch, generation_config=config)  # [B, T + N]
+    out = model.generate(
+        **batch, generation_config=config
+    )  # [B, T + N], or [B, 1 + N] after the decoder start
+    start = 1 if model.config.is_encoder_decoder else batch["input_ids"].shape[1]
     answers = []
-    for row in out[:, batch["input_ids"].shape[1] :].tolist():
+    for row in out[:, start:].tolist():
         end = next((j for j, t in enumerate(row) if t in stop), len(row))
         answers.append(tok.decode(row[:end], skip_special_tokens=True).strip())
     return answers
@@ -152,7 +170,7 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"{args.filename}: {len(records)} records, {len(done)} already answered in {partial}")
     if pending:
         model, tok = load_teacher(args)
-        prompts = {i: encode_prompt(tok, user_query(records[i])) for i in pending}
+        prompts = {i: encode_query(model, tok, user_query(records[i])) for i in pending}
         pending.sort(key=lambda i: len(prompts[i]))  # similar lengths per batch: less padding
         with (
             partial.open("a", encoding="utf-8") as f,

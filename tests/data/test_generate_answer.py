@@ -171,3 +171,42 @@ def test_partial_file_of_another_input_is_refused(teacher_dir, conversations):
     partial.write_text(json.dumps({"index": 0, "id": "other0", "answer": "x"}) + "\n")
     with pytest.raises(ValueError, match="does not match the input records"):
         generate_answer.main(flags(teacher_dir, conversations))
+
+
+def test_encoder_decoder_teacher_reads_the_bare_query(tmp_path, conversations):
+    """A T5 teacher: batched (left-padded encoder inputs) answers equal one-by-one generate."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    tk = Tokenizer(models.WordLevel(VOCAB, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="</s>", unk_token="<unk>", pad_token="<unk>")
+    torch.manual_seed(1)
+    config = T5Config(
+        vocab_size=len(VOCAB),
+        d_model=32,
+        d_ff=64,
+        d_kv=8,
+        num_layers=2,
+        num_heads=4,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=2,
+    )
+    model = T5ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # T5's own init makes a tiny model repeat one token whatever the input
+        for param in model.parameters():
+            param.normal_(0, 0.5)
+    model.save_pretrained(tmp_path / "t5")
+    tok.save_pretrained(tmp_path / "t5")
+
+    out = generate_answer.main(flags(tmp_path / "t5", conversations))
+    got = [r["conversation"][-1]["content"] for r in load_conversations(out)]
+    expected = []
+    for query in QUERIES:
+        ids = torch.tensor([tok(query).input_ids])  # no chat template: the query and EOS
+        new = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False)[0, 1:].tolist()
+        expected.append(
+            tok.decode(new[: new.index(2)] if 2 in new else new, skip_special_tokens=True).strip()
+        )
+    assert got == expected and len(set(got)) > 2  # answers depend on the query
