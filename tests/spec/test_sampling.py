@@ -1,0 +1,57 @@
+"""The accept/reject rule and distributions, as pure functions on small tensors."""
+
+from __future__ import annotations
+
+import torch
+
+from osd.spec.sampling import accept_reject, acceptance_probability, logits_to_probs, sample
+
+
+def test_temperature_zero_is_one_hot_argmax():
+    logits = torch.tensor([[0.1, 3.0, -1.0], [2.0, 0.0, 1.9]])
+    torch.testing.assert_close(logits_to_probs(logits, 0.0), torch.tensor([[0.0, 1, 0], [1.0, 0, 0]]))
+
+
+def test_top_p_keeps_the_smallest_nucleus_and_renormalises():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    out = logits_to_probs(probs.log(), temperature=1.0, top_p=0.75)
+    torch.testing.assert_close(out, torch.tensor([0.5, 0.3, 0.0, 0.0]) / 0.8)
+
+
+def test_acceptance_probability_is_one_minus_total_variation():
+    gen = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(4, 10, generator=gen), -1)
+    q = torch.softmax(torch.randn(4, 10, generator=gen), -1)
+    torch.testing.assert_close(acceptance_probability(p, q), 1 - 0.5 * (p - q).abs().sum(-1))
+    torch.testing.assert_close(acceptance_probability(p, p), torch.ones(4))
+
+
+def test_one_hot_rule_equals_argmax_matching():
+    """Greedy fast path in the decoder == the general rule on point masses."""
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        target_logits = torch.randn(5, 7, generator=gen)
+        draft_tokens = torch.randint(0, 7, (4,), generator=gen)
+        draft_tokens[:2] = target_logits[:2].argmax(-1)  # make early acceptances likely
+        p = logits_to_probs(target_logits, 0.0)
+        q = torch.nn.functional.one_hot(draft_tokens, 7).float()
+        n, token = accept_reject(draft_tokens, p, q, torch.rand(4, generator=gen), gen)
+        matches = (draft_tokens == target_logits[:4].argmax(-1)).long().cumprod(0)
+        assert n == int(matches.sum())
+        assert int(token) == int(target_logits[n].argmax())
+
+
+def test_first_emitted_token_is_distributed_as_the_target():
+    """x ~ q, then accept or recover: the emitted token must follow p exactly (Leviathan Thm 1)."""
+    gen = torch.Generator().manual_seed(2)
+    p = torch.tensor([[0.5, 0.2, 0.2, 0.1, 0.0], [0.2, 0.2, 0.2, 0.2, 0.2]])  # [k + 1, V], k = 1
+    q = torch.tensor([[0.1, 0.1, 0.3, 0.3, 0.2]])
+    n_trials = 20000
+    counts = torch.zeros(5)
+    for _ in range(n_trials):
+        x = sample(q, gen)  # [1]
+        n, token = accept_reject(x, p, q, torch.rand(1, generator=gen), gen)
+        counts[x[0] if n == 1 else token] += 1
+    # each frequency has std <= sqrt(0.25 / 20000) = 0.0035; 0.015 is over 4 standard deviations
+    torch.testing.assert_close(counts / n_trials, p[0], rtol=0, atol=0.015)
+    assert (q[0] - p[0]).abs().max() > 0.1  # the draft alone would fail the check above
