@@ -46,7 +46,7 @@ UNKNOWN = "unknown"
 TOPIC_KEYWORDS: dict[str, set[str]] = {
     "Computers and Technology": set(
         "code python java javascript function program programming software computer algorithm sql database api "
-        "linux server bug compile gpu cpu neural model data script html css react rust c++ array string class".split()
+        "linux server bug compile gpu cpu cuda opencl neural model data script html css react rust c++ array string class".split()
     ),
     "Business/Corporate": set(
         "business company market marketing sales customer revenue startup management strategy finance investment "
