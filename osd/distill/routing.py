@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         data_collator=DistillCollator(
             tokenizer.pad_token_id,
             is_enc_dec,
-            student.config.decoder_start_token_id,
+            getattr(student.config, "decoder_start_token_id", None),
             data_args.model_max_length,
         ),
         processing_class=tokenizer,

@@ -1,0 +1,94 @@
+"""Shared pieces of the online experiment drivers (benchmarks/online_*.py) on the embedded demo pair.
+
+Every run goes through the real command line (`osd.train --mode online`, or
+`osd.distill.routing` for routed drafts) with --online_eval_interval 1, so each metrics.jsonl
+entry is one query. A "static" run (--online_update_interval larger than the stream) serves the
+same stream without ever updating: Standard speculative decoding with that draft, as the
+reference's baseline scripts did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from osd.conversations import load_conversations, save_conversations
+from osd.demo import DRAFT_PATH, TEACHER_PATH, WORKLOAD_DIR
+
+NEVER = 10**9  # an update interval no stream reaches: the draft stays as it is
+
+
+def load_sources(domains: Sequence[str], split: str = "train") -> dict[str, list[dict]]:
+    """The local workload's records of each domain, by domain."""
+    return {d: load_conversations(Path(WORKLOAD_DIR) / f"{d}_{split}.json") for d in domains}
+
+
+def run_online(
+    out_dir: Path,
+    stream: list[dict],
+    student: str | Path = DRAFT_PATH,
+    update_interval: int = 1,
+    learning_rate: float = 3e-4,
+    max_new_tokens: int = 64,
+    route_by: str | None = None,
+    extra: Sequence[str] = (),
+) -> list[dict]:
+    """Serve `stream` (and distil unless update_interval is NEVER); returns its per-query log entries."""
+    shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run: osd.train would resume an old checkpoint
+    out_dir.mkdir(parents=True)
+    save_conversations(stream, out_dir / "stream.json")
+    argv = [
+        "--student_model_path", str(student), "--teacher_model_path", str(TEACHER_PATH),
+        "--data_path", str(out_dir / "stream.json"), "--output_dir", str(out_dir), "--mode", "online",
+        "--kl_method", "forward", "--max_propose_num", "5", "--max_new_tokens", str(max_new_tokens),
+        "--online_update_interval", str(update_interval), "--online_eval_interval", "1",
+        "--per_device_train_batch_size", "1", "--num_train_epochs", "1", "--learning_rate", str(learning_rate),
+        "--lr_scheduler_type", "constant", "--weight_decay", "0", "--max_grad_norm", "0",
+        "--save_strategy", "no", "--logging_steps", str(NEVER), "--report_to", "none", "--use_cpu", "True",
+        "--disable_tqdm", "True", "--seed", "0", *extra,
+    ]  # fmt: skip
+    if route_by is None:
+        from osd.train import main
+    else:
+        from osd.distill.routing import main
+
+        argv += ["--route_by", route_by]
+    print(f"[online] {out_dir}: {len(stream)} queries, update interval {update_interval}", file=sys.stderr)
+    main(argv)
+    return read_entries(out_dir)
+
+
+def read_entries(out_dir: Path) -> list[dict]:
+    """The online log entries (one per query) of a run folder."""
+    lines = (out_dir / "metrics.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if "alpha_window" in e]
+
+
+def alpha_over(entries: Sequence[dict], start: int, end: int, group: str | None = None) -> float:
+    """Token-weighted alpha over queries start+1..end (optionally only those of one group value)."""
+    key = "alpha" if group is None else f"alpha_{group}"
+    picked = [e for e in entries if start < e["queries"] <= end and key in e and e["proposed"]]
+    proposed = sum(e["proposed"] for e in picked)
+    return sum(e[key] * e["proposed"] for e in picked) / proposed if proposed else math.nan
+
+
+def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """Rows as a Markdown table (floats with 3 decimals)."""
+
+    def cell(v) -> str:
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def save_results(out_dir: Path, results: dict, table: str) -> None:
+    """results.json and table.md in out_dir; the table is printed too."""
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    (out_dir / "table.md").write_text(table + "\n")
+    print(table)
