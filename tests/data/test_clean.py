@@ -182,3 +182,18 @@ def test_summarisation_document_to_summary(tmp_path, script, folder, name, sourc
                 {"role": "user", "content": prefix + raw[i][source]},
                 {"role": "assistant", "content": raw[i][target]},
             ]
+
+
+def test_script_runs_from_data_folder_as_in_the_reference(tmp_path):
+    """`cd data && python clean_gsm8k.py ...` works without the package installed on the path."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [sys.executable, "clean_gsm8k.py", "--raw_path", str(FIX / "gsm8k"), "--output_dir", str(tmp_path)]
+    done = subprocess.run(
+        cmd, cwd=FIX.parents[2] / "data", env=env, capture_output=True, text=True, check=True
+    )
+    assert "gsm8k_train.json: 3 records written" in done.stdout
+    assert len(load_conversations(tmp_path / "gsm8k_test.json")) == 2
