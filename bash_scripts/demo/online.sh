@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Online distillation on the embedded demo pair (CPU, no downloads): a stream over the local
+# workload that shifts from sql to math to code to finance; alpha per query and per domain in
+# {savepath}/metrics.jsonl, plotted to {savepath}/alpha.png. (The guided version with a table:
+# python -m osd.demo.online_demo.)
+#
+#   bash bash_scripts/demo/online.sh runs/demo_online
+#   PER_DOMAIN=200 UPDATE_INTERVAL=8 bash bash_scripts/demo/online.sh runs/demo_online_long teacher jsd
+#
+# Arguments: {savepath} [sample_source (ignored online)] [kl_method]
+set -euo pipefail
+
+SAVEPATH=${1:?usage: bash bash_scripts/demo/online.sh {savepath} [sample_source] [kl_method]}
+SAMPLE_SOURCE=${2:-teacher}
+KL_METHOD=${3:-forward}
+PER_DOMAIN=${PER_DOMAIN:-60}
+UPDATE_INTERVAL=${UPDATE_INTERVAL:-1}
+LR=${LR:-3e-4}
+STUDENT=${STUDENT:-osd/demo/models/draft}
+TEACHER=${TEACHER:-osd/demo/models/teacher}
+STREAM="$SAVEPATH/stream.json"
+
+mkdir -p "$SAVEPATH"
+python data/prepare_online.py --kind abrupt --lengths "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" \
+    --inputs sql=data/local/sql_train.json math=data/local/math_train.json \
+    code=data/local/code_train.json finance=data/local/finance_train.json --output "$STREAM"
+python -m osd.train \
+    --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$STREAM" \
+    --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
+    --max_new_tokens 64 --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \
+    --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
+    --learning_rate "$LR" --lr_scheduler_type constant --weight_decay 0 --max_grad_norm 0 \
+    --save_strategy steps --save_steps 100 --logging_steps 20 --use_cpu True --report_to none
+python -m osd.plots "$SAVEPATH/metrics.jsonl" --label online --stream "$STREAM" --out "$SAVEPATH/alpha.png" \
+    --window 20 --title "demo pair, online, update every $UPDATE_INTERVAL"
