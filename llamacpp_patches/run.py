@@ -6,9 +6,13 @@
     python -m llamacpp_patches.report runs/llamacpp/*.jsonl     # the table again, over several runs
 
 Writes, under --out_dir: `{label}_queries.json` (the served records), `{label}_spec.jsonl` (baseline and
-speculative lines, interleaved per query) and `{label}_draft.jsonl` (draft-only lines, for c). The
-prompt template is the Python side's (`osd.prompting`), passed with --osd-template, and the token ids
-llama.cpp produced are checked against `osd.prompting.encode_prompt` after the run.
+speculative lines, interleaved per query) and `{label}_draft.jsonl` (draft-only lines, for c).
+
+Prompts: with `--prompt_source ids` (default) every served record carries `prompt_ids` from
+`osd.prompting.encode_prompt`, so llama.cpp serves exactly the Python side's tokens. With `template`
+llama.cpp tokenizes the rendered template itself and the ids are compared afterwards: they agree for
+the vicuna_v1.1 template, but llama.cpp's SentencePiece tokenizer puts a space before text that
+follows a special token (`<s>[INST]` -> `<s> ▁[INST]`), which a non-legacy HF tokenizer does not.
 """
 
 from __future__ import annotations
@@ -55,11 +59,19 @@ class StreamArgs:
     extra_args: str = field(
         default="", metadata={"help": "more llama.cpp flags, e.g. '-ngl 99 -ngld 99' on a GPU"}
     )
+    prompt_source: str = field(
+        default="ids",
+        metadata={
+            "help": "ids: serve osd.prompting.encode_prompt's ids; template: let llama.cpp tokenize the template"
+        },
+    )
     skip_draft_baseline: bool = field(
         default=False, metadata={"help": "reuse an existing {label}_draft.jsonl"}
     )
 
     def __post_init__(self) -> None:
+        if self.prompt_source not in ("ids", "template"):
+            raise ValueError(f"--prompt_source must be 'ids' or 'template', got {self.prompt_source!r}")
         if self.limit < 1 or self.max_new_tokens < 1 or self.gamma < 1:
             raise ValueError(
                 f"--limit, --max_new_tokens and --gamma must be >= 1, got {self.limit}, {self.max_new_tokens}, {self.gamma}"
@@ -108,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path)
     template = osd_template(tokenizer)
     records = collect_queries(args.data_path, args.limit)
+    if args.prompt_source == "ids":
+        records = [{**r, "prompt_ids": encode_prompt(tokenizer, user_query(r))} for r in records]
     bad = template_mismatches(tokenizer, template, records)
     if bad:
         raise ValueError(

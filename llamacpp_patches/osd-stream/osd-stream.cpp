@@ -11,13 +11,14 @@
 // verification step also yields one target token (the correction or the bonus token), so a step
 // produces accepted + 1 tokens. Greedy: every token is an exact argmax (first index on ties).
 //
-//   llama-osd-stream -m target.gguf -md draft.gguf --spec-draft-n-max 5 -n 128 -t 2 -c 2048 \
-//       --osd-data data/local/gsm8k_eval.json --osd-limit 20 --osd-mode both \
+//   llama-osd-stream -m target.gguf -md draft.gguf --spec-draft-n-max 5 -n 128 -t 2 -c 2048
+//       --osd-data data/local/gsm8k_eval.json --osd-limit 20 --osd-mode both
 //       --osd-template "... USER: {query} ASSISTANT:" --osd-out runs/gsm8k.jsonl
 //   llama-osd-stream -m draft.gguf -n 128 -t 2 --osd-mode baseline ...   # draft-only, for c
 //
 // Own flags (everything else is a common llama.cpp flag):
-//   --osd-data FILE      conversation JSON (a list of records) or JSONL; the query is the first user turn
+//   --osd-data FILE      conversation JSON (a list of records) or JSONL; the query is the first user turn;
+//                        a record's "prompt_ids" (token ids), when present, are served instead of the template
 //   --osd-out FILE       JSONL output, one line per (query, mode), flushed after every query
 //   --osd-limit N        serve the first N records only (default: all)
 //   --osd-mode M         baseline | speculative | both (default: both; both runs baseline first per query)
@@ -64,6 +65,7 @@ struct osd_query {
     std::string id;
     json        dataset; // string or null
     std::string query;
+    std::vector<llama_token> prompt_ids; // the record's own "prompt_ids", if any
 };
 
 struct osd_result {
@@ -154,11 +156,16 @@ static std::vector<osd_query> load_queries(const std::string & path, long limit)
         }
         const json id      = r.value("id", json());
         const json dataset = r.value("dataset", json());
+        const json ids     = r.value("prompt_ids", json::array());
+        if (!ids.is_array() || !std::all_of(ids.begin(), ids.end(), [](const json & t) { return t.is_number_integer(); })) {
+            throw std::runtime_error(where + ": 'prompt_ids' must be a list of token ids");
+        }
         queries.push_back({
             i,
             id.is_string() ? id.get<std::string>() : std::to_string(i),
             dataset.is_string() ? dataset : json(),
             (*user)["content"].get<std::string>(),
+            ids.get<std::vector<llama_token>>(),
         });
     }
     return queries;
@@ -173,8 +180,12 @@ static std::vector<llama_token> encode_prompt(const llama_vocab * vocab, const s
     return common_tokenize(vocab, text, /*add_special=*/ !has_bos_text, /*parse_special=*/ true);
 }
 
+// i: index in the last batch (-1: its last token)
 static llama_token argmax(llama_context * ctx, int32_t i, int32_t n_vocab) {
     const float * logits = llama_get_logits_ith(ctx, i);
+    if (logits == nullptr) {
+        throw std::logic_error("no logits at batch index " + std::to_string(i));
+    }
     return (llama_token) (std::max_element(logits, logits + n_vocab) - logits);
 }
 
@@ -256,7 +267,7 @@ static osd_result run_speculative(llama_context * ctx_tgt, llama_context * ctx_d
             // catch the draft up (after a fully accepted step it lacks d_k), then propose k tokens
             decode(ctx_dft, batch_dft, seq.data() + n_dft, seq.size() - n_dft, (llama_pos) n_dft, false);
             for (int i = 0; i < k; ++i) {
-                step.push_back(argmax(ctx_dft, 0, n_vocab));
+                step.push_back(argmax(ctx_dft, -1, n_vocab));
                 if (i + 1 < k) {
                     decode(ctx_dft, batch_dft, &step.back(), 1, n_past + 1 + i, false);
                 }
@@ -310,6 +321,7 @@ static json result_line(const osd_query & q, const std::string & mode, const osd
         {"draft_model", mode == "speculative" ? json(draft_model) : json()},
         {"gamma", mode == "speculative" ? params.speculative.draft.n_max : 0},
         {"n_threads", params.cpuparams.n_threads},
+        {"prompt_from", q.prompt_ids.empty() ? "template" : "record"},
         {"prompt_tokens", prompt.size()},
         {"generated_tokens", n_gen},
         {"eos", r.eos},
@@ -350,8 +362,14 @@ static void serve(const osd_args & a, const std::vector<osd_query> & queries, co
     const std::string draft_path = ctx_dft ? canonical(params.speculative.draft.mparams.path) : "";
     const uint32_t n_ctx = llama_n_ctx(ctx_tgt);
 
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab);
     for (const osd_query & q : queries) {
-        const std::vector<llama_token> prompt = encode_prompt(vocab, a.tmpl, q.query);
+        const std::vector<llama_token> prompt = q.prompt_ids.empty() ? encode_prompt(vocab, a.tmpl, q.query) : q.prompt_ids;
+        const auto bad = std::find_if(prompt.begin(), prompt.end(), [&](llama_token t) { return t < 0 || t >= n_vocab; });
+        if (prompt.empty() || bad != prompt.end()) {
+            throw std::runtime_error(a.data + ", record " + std::to_string(q.index) + ": the prompt needs token ids in [0, " +
+                                     std::to_string(n_vocab) + ")");
+        }
         if (prompt.size() + params.n_predict + gamma + 1 > n_ctx) {
             throw std::runtime_error(a.data + ", record " + std::to_string(q.index) + ": the prompt (" + std::to_string(prompt.size()) +
                                      " tokens) + -n " + std::to_string(params.n_predict) + " + gamma does not fit -c " + std::to_string(n_ctx));

@@ -2,7 +2,7 @@
 
 Each recorded run `NAME` has `NAME_queries.json` (the served records), `NAME_stream.jsonl`
 (`--osd-mode both --osd-dump-ids`), `NAME_draft.jsonl` (draft-only baseline) and `NAME_meta.json`
-(the tokenizer folder and the command that recorded it). The build is never needed here.
+(the tokenizer folder, whether its chat template was used, the command that recorded it). The build is never needed here.
 """
 
 from __future__ import annotations
@@ -30,4 +30,7 @@ def recorded_tokenizer(name: str):
     path = ROOT / meta["tokenizer"]
     if not path.exists():
         pytest.skip(f"{path} (the tokenizer of recorded run {name}) is not in this checkout")
-    return AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    if not meta.get("chat_template", True):
+        tok.chat_template = None  # recorded with the vicuna_v1.1 fallback
+    return tok

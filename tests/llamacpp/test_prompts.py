@@ -64,7 +64,11 @@ def test_a_template_that_transforms_the_query_is_reported(fixture_tokenizer):
 
 @pytest.mark.parametrize("name", RECORDED)
 def test_llamacpp_prompt_ids_equal_encode_prompt(name):
-    """llama.cpp's own tokenization (recorded with --osd-dump-ids) equals osd.prompting.encode_prompt."""
+    """The ids llama.cpp served (recorded with --osd-dump-ids) equal osd.prompting.encode_prompt.
+
+    `prompt_from == "template"`: llama.cpp rendered --osd-template and tokenized it itself, so this
+    compares the two tokenizers; "record": it served the driver's ids, so this checks the plumbing.
+    """
     paths = recorded_paths(name)
     tok = recorded_tokenizer(name)
     records = load_conversations(paths["queries.json"])
@@ -74,3 +78,11 @@ def test_llamacpp_prompt_ids_equal_encode_prompt(name):
         assert x["prompt_ids"] == encode_prompt(tok, user_query(records[x["index"]])), (name, x["id"])
         assert x["prompt_tokens"] == len(x["prompt_ids"])
         assert x["prompt_ids"].count(tok.bos_token_id) == 1
+
+
+def test_some_recorded_run_lets_llamacpp_tokenize_the_template():
+    # otherwise the test above would only check that the driver's ids were echoed back
+    froms = {
+        json.loads(line)["prompt_from"] for n in RECORDED for line in recorded_paths(n)["stream.jsonl"].open()
+    }
+    assert "template" in froms
