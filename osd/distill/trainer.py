@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 from torch.utils.data import Dataset
-from transformers import PreTrainedModel, Trainer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
 
 from osd.conversations import GROUP_FIELDS
 from osd.distill.callbacks import MetricsJsonlCallback
@@ -31,6 +31,24 @@ from osd.distill.sources import SamplingConfig, sample_responses
 from osd.spec import AcceptanceStats, SpecOutput, SpeculativeDecoder
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+
+
+def check_vocabularies(
+    student: PreTrainedModel, teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None
+) -> None:
+    """Distillation compares distributions token by token: one vocabulary for both models."""
+    s, t = student.config.vocab_size, teacher.config.vocab_size
+    if s != t:
+        raise ValueError(
+            f"--student_model_path has vocab_size {s} but --teacher_model_path has {t}; "
+            "use a student and teacher that share a tokenizer and vocabulary"
+        )
+    if tokenizer is not None and len(tokenizer) > s:
+        raise ValueError(
+            f"the teacher's tokenizer has {len(tokenizer)} tokens, more than the models' vocab_size {s}"
+        )
+    if student.config.is_encoder_decoder != teacher.config.is_encoder_decoder:
+        raise ValueError("student and teacher must both be decoder-only or both encoder-decoder")
 
 
 class DistillTrainer(Trainer):
@@ -48,11 +66,7 @@ class DistillTrainer(Trainer):
         **kwargs,
     ) -> None:
         super().__init__(model=model, args=args, **kwargs)
-        if model.config.vocab_size != teacher_model.config.vocab_size:
-            raise ValueError(
-                f"student vocab_size {model.config.vocab_size} != teacher vocab_size {teacher_model.config.vocab_size}: "
-                "distillation compares token distributions and needs a shared vocabulary"
-            )
+        check_vocabularies(model, teacher_model, self.processing_class)
         self.teacher_model = teacher_model.eval().requires_grad_(False)
         if not getattr(teacher_model, "hf_device_map", None):
             self.teacher_model.to(args.device)

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Offline distillation on the embedded demo pair (osd/demo/models) and the local workload
+# (data/local), on CPU with no downloads: the same trainer and flags as the paper's scripts, with
+# sizes that finish in minutes. Alpha before ("Standard") and after is in {savepath}/metrics.jsonl.
+#
+#   bash bash_scripts/demo/offline.sh runs/demo_student_forward student forward
+#   DOMAIN=math MAX_STEPS=40 bash bash_scripts/demo/offline.sh runs/demo_math mix_token jsd
+#   REPORT_TO=wandb bash bash_scripts/demo/offline.sh runs/demo teacher forward   # offline wandb without a key
+#
+# Arguments: {savepath} {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
+# The "teacher" source generates the teacher's answers on the fly unless DATA has them
+# (python data/generate_answer.py --filename data/local/sql_train.json --model osd/demo/models/teacher).
+set -euo pipefail
+
+USAGE="usage: bash bash_scripts/demo/offline.sh {savepath} {sample_source} {kl_method}"
+SAVEPATH=${1:?$USAGE}
+SAMPLE_SOURCE=${2:?$USAGE}
+KL_METHOD=${3:?$USAGE}
+DOMAIN=${DOMAIN:-sql}
+STUDENT=${STUDENT:-osd/demo/models/draft}
+TEACHER=${TEACHER:-osd/demo/models/teacher}
+DATA=${DATA:-data/local/${DOMAIN}_train.json}
+EVAL_DATA=${EVAL_DATA:-data/local/${DOMAIN}_eval.json}
+MAX_STEPS=${MAX_STEPS:-20}
+BATCH_SIZE=${BATCH_SIZE:-8}
+LR=${LR:-1e-3}
+MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-48}
+MAX_EVAL_SAMPLES=${MAX_EVAL_SAMPLES:-30}
+REPORT_TO=${REPORT_TO:-none}
+PYTHON=${PYTHON:-python}
+EXTRA_ARGS=${EXTRA_ARGS:-}
+
+"$PYTHON" -m osd.train \
+    --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" \
+    --data_path "$DATA" --eval_data_path "$EVAL_DATA" --max_eval_samples "$MAX_EVAL_SAMPLES" \
+    --mode offline --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
+    --output_dir "$SAVEPATH" --max_steps "$MAX_STEPS" --per_device_train_batch_size "$BATCH_SIZE" \
+    --eval_strategy no --save_strategy no --learning_rate "$LR" --lr_scheduler_type constant \
+    --model_max_length 256 --max_new_tokens "$MAX_NEW_TOKENS" --teacher_dtype float32 --logging_steps 5 \
+    --report_to "$REPORT_TO" $EXTRA_ARGS
