@@ -24,4 +24,4 @@ for TYPE in "${TYPES[@]}"; do
             "$QUANTIZE" "$OUT-f16.gguf" "$OUT-$TYPE.gguf" "$TYPE" ;;
     esac
 done
-ls -l "$OUT"-*.gguf
+for TYPE in "${TYPES[@]}"; do ls -l "$OUT-$TYPE.gguf"; done

@@ -19,7 +19,7 @@ LIMIT="${LIMIT:-10}"
 N="${N:-128}"
 GAMMA="${GAMMA:-5}"
 TYPE="${TYPE:-f16}"
-THREADS="${THREADS:-2}"
+THREADS="${THREADS:-1}"
 
 cd "$ROOT"
 [[ -x "$BIN" ]] || bash llamacpp_patches/build.sh

@@ -104,8 +104,8 @@ def alpha_from_acceptance(acceptance: float, gamma: int) -> float:
 
 
 def _same_output(spec: list[dict], base: list[dict]) -> float | None:
-    by_id = {(x["file"], x["id"]): x.get("output_ids") for x in base}
-    pairs = [(x["output_ids"], by_id.get((x["file"], x["id"]))) for x in spec if "output_ids" in x]
+    by_query = {(x["file"], x["index"]): x.get("output_ids") for x in base}
+    pairs = [(x["output_ids"], by_query.get((x["file"], x["index"]))) for x in spec if "output_ids" in x]
     pairs = [(s, b) for s, b in pairs if b is not None]
     return sum(s == b for s, b in pairs) / len(pairs) if pairs else None
 

@@ -51,7 +51,10 @@ class StreamArgs:
     limit: int = field(default=20, metadata={"help": "records served per data file"})
     max_new_tokens: int = field(default=128, metadata={"help": "-n: new tokens per query"})
     gamma: int = field(default=5, metadata={"help": "--spec-draft-n-max: draft tokens per verification step"})
-    threads: int = field(default=2, metadata={"help": "-t / -tb: CPU threads"})
+    threads: int = field(
+        default=1,
+        metadata={"help": "-t / -tb: CPU threads (1 on a shared 2-core box, where 2 threads spin-wait)"},
+    )
     ctx_size: int = field(default=2048, metadata={"help": "-c: context size of both models"})
     binary: str = field(
         default=DEFAULT_BINARY, metadata={"help": "the llama-osd-stream executable (build.sh)"}
