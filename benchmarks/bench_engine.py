@@ -1,0 +1,181 @@
+"""Engine benchmark: target-only decoding vs HF assisted generation vs `osd.spec`, greedy.
+
+Same prompts, same gamma, one process. Prints a table and writes JSON with tokens/s, alpha,
+mean accepted length, measured speedup over target-only decoding, the Eq. 2 prediction from the
+measured alpha and c, and measured / predicted.
+
+c is the draft's decode-step time over the target's (single-token forwards with a KV cache);
+verify_cost is the target's (gamma + 1)-token forward over its single-token forward, for the
+variant of Eq. 2 that charges verification at its measured price.
+
+Usage:
+    python benchmarks/bench_engine.py                              # the demo pair, demo eval prompts
+    python benchmarks/bench_engine.py --target lmsys/vicuna-7b-v1.3 --draft JackFram/llama-160m \
+        --data data/raw_data/spider_validation.json --num_prompts 20 --device cuda --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from osd.conversations import load_conversations, user_query
+from osd.cost_model import speedup, speedup_measured_verify
+from osd.prompting import encode_prompt
+from osd.spec import SpeculativeDecoder
+from osd.spec.evaluate import AcceptanceStats
+
+
+def parse_args() -> argparse.Namespace:
+    from osd.demo import DRAFT_PATH, TEACHER_PATH, WORKLOAD_DIR
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default=str(TEACHER_PATH), help="target model: hub name or path")
+    ap.add_argument("--draft", default=str(DRAFT_PATH), help="draft model: hub name or path")
+    ap.add_argument(
+        "--data",
+        nargs="+",
+        default=sorted(str(p) for p in WORKLOAD_DIR.glob("*_eval.json")),
+        help="conversation-JSON files whose user turns are the prompts",
+    )
+    ap.add_argument("--num_prompts", type=int, default=8, help="prompts per data file")
+    ap.add_argument("--gamma", type=int, default=5)
+    ap.add_argument("--max_new_tokens", type=int, default=64)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--output", default="benchmarks/results/engine.json")
+    return ap.parse_args()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def forward_time(model, length: int, context: int, repeats: int = 20) -> float:
+    """Median seconds of one cached forward of `length` tokens after `context` cached tokens."""
+    device = model.device
+    ctx = torch.randint(3, 100, (1, context), device=device)
+    new = torch.randint(3, 100, (1, length), device=device)
+    times = []
+    for _ in range(repeats):
+        cache = DynamicCache()
+        model(ctx, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        sync(device)
+        t = time.perf_counter()
+        model(new, past_key_values=cache, use_cache=True, logits_to_keep=length)
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def timed_generate(model, prompts, max_new_tokens, eos, **kwargs) -> tuple[int, float]:
+    """(generated tokens, seconds) of HF greedy generate over the prompts."""
+    tokens, seconds = 0, 0.0
+    for ids in prompts:
+        sync(model.device)
+        t = time.perf_counter()
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            **kwargs,
+        )
+        sync(model.device)
+        seconds += time.perf_counter() - t
+        tokens += out.shape[1] - ids.shape[1]
+    return tokens, seconds
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    tok = AutoTokenizer.from_pretrained(args.target)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(device).eval()
+    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).to(device).eval()
+    prompts = [
+        torch.tensor([encode_prompt(tok, user_query(r))], device=device)
+        for path in args.data
+        for r in load_conversations(path)[: args.num_prompts]
+    ]
+    eos = tok.eos_token_id
+    timed_generate(target, prompts[:1], 8, eos)  # warm-up
+
+    base_tokens, base_s = timed_generate(target, prompts, args.max_new_tokens, eos)
+    draft.generation_config.num_assistant_tokens = args.gamma
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    hf_tokens, hf_s = timed_generate(target, prompts, args.max_new_tokens, eos, assistant_model=draft)
+
+    decoder = SpeculativeDecoder(draft, target, gamma=args.gamma)
+    outputs = [decoder.generate(ids, max_new_tokens=args.max_new_tokens, eos_token_id=eos) for ids in prompts]
+    stats = AcceptanceStats.from_outputs(outputs)
+
+    context = int(statistics.median(p.shape[1] for p in prompts)) + args.max_new_tokens // 2
+    target_step = forward_time(target, 1, context)
+    c = forward_time(draft, 1, context) / target_step
+    verify_cost = forward_time(target, args.gamma + 1, context) / target_step
+    base_tps = base_tokens / base_s
+    measured = stats.tokens_per_s / base_tps
+    predicted = speedup(stats.alpha, args.gamma, c)
+    predicted_verify = speedup_measured_verify(stats.alpha, args.gamma, c, verify_cost)
+    rows = [
+        ("target only (HF generate)", base_tps, None, None, 1.0),
+        ("HF assisted generation", hf_tokens / hf_s, None, None, (hf_tokens / hf_s) / base_tps),
+        ("osd.spec", stats.tokens_per_s, stats.alpha, stats.mean_accepted_length, measured),
+    ]
+    result = {
+        "target": args.target,
+        "draft": args.draft,
+        "device": str(device),
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads(),
+        "gamma": args.gamma,
+        "max_new_tokens": args.max_new_tokens,
+        "num_prompts": len(prompts),
+        "c": c,
+        "verify_cost": verify_cost,
+        "rows": [
+            dict(method=m, tokens_per_s=t, alpha=a, mean_accepted_length=l, speedup=s)
+            for m, t, a, l, s in rows
+        ],
+        "eq2_predicted_speedup": predicted,
+        "measured_over_eq2": measured / predicted,
+        "eq2_measured_verify_predicted_speedup": predicted_verify,
+        "measured_over_eq2_measured_verify": measured / predicted_verify,
+        "osd_over_hf_assisted": stats.tokens_per_s / (hf_tokens / hf_s),
+    }
+    print(
+        f"{len(prompts)} prompts, gamma {args.gamma}, max_new_tokens {args.max_new_tokens}, {device} {args.dtype}, "
+        f"{torch.get_num_threads()} threads; c = {c:.3f}, verify_cost = {verify_cost:.2f}"
+    )
+    print(f"{'method':28s} {'tokens/s':>9s} {'alpha':>6s} {'acc.len':>7s} {'speedup':>7s}")
+    for m, t, a, l, s in rows:
+        fa = f"{a:6.3f}" if a is not None else f"{'':6s}"
+        fl = f"{l:7.2f}" if l is not None else f"{'':7s}"
+        print(f"{m:28s} {t:9.1f} {fa} {fl} {s:7.2f}")
+    print(
+        f"Eq. 2 predicted speedup {predicted:.2f} (measured/predicted {measured / predicted:.2f}); "
+        f"with measured verify cost {predicted_verify:.2f} (measured/predicted {measured / predicted_verify:.2f}); "
+        f"osd.spec / HF assisted = {result['osd_over_hf_assisted']:.2f}"
+    )
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
