@@ -150,8 +150,8 @@ def main() -> None:
         "c": c,
         "verify_cost": verify_cost,
         "rows": [
-            dict(method=m, tokens_per_s=t, alpha=a, mean_accepted_length=l, speedup=s)
-            for m, t, a, l, s in rows
+            dict(method=m, tokens_per_s=t, alpha=a, mean_accepted_length=acc, speedup=s)
+            for m, t, a, acc, s in rows
         ],
         "eq2_predicted_speedup": predicted,
         "measured_over_eq2": measured / predicted,
@@ -164,9 +164,9 @@ def main() -> None:
         f"{torch.get_num_threads()} threads; c = {c:.3f}, verify_cost = {verify_cost:.2f}"
     )
     print(f"{'method':28s} {'tokens/s':>9s} {'alpha':>6s} {'acc.len':>7s} {'speedup':>7s}")
-    for m, t, a, l, s in rows:
+    for m, t, a, acc, s in rows:
         fa = f"{a:6.3f}" if a is not None else f"{'':6s}"
-        fl = f"{l:7.2f}" if l is not None else f"{'':7s}"
+        fl = f"{acc:7.2f}" if acc is not None else f"{'':7s}"
         print(f"{m:28s} {t:9.1f} {fa} {fl} {s:7.2f}")
     print(
         f"Eq. 2 predicted speedup {predicted:.2f} (measured/predicted {measured / predicted:.2f}); "
