@@ -86,6 +86,12 @@ class DistillTrainer(Trainer):
 
     # ---- training ---------------------------------------------------------------------------
 
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
+        if resume_from_checkpoint:
+            # "Standard" SD (eval_on_start) is the undistilled draft: a resumed run measured it already
+            self.args.eval_on_start = False
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
     def make_training_batch(self, batch: dict) -> dict:
         """Collated prompts (+ data-set answers) -> a training batch with `--sample_source` responses."""
         student = self.accelerator.unwrap_model(self.model)

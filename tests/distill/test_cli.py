@@ -43,6 +43,8 @@ def test_offline_run_resumes_without_duplicating_metrics(saved_pair, tmp_path):
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4]
     loss_steps = [m["step"] for m in read_metrics(out) if "loss" in m]
     assert loss_steps == [1, 2, 3, 4]  # steps 1-2 from the first run, 3-4 from the resumed one
+    # Standard at step 0 once (not again on resume), the final alphas of both runs
+    assert [m["step"] for m in read_metrics(out) if "eval_alpha" in m] == [0, 2, 4]
 
 
 def test_bad_flag_value_names_the_flag(saved_pair, tmp_path):
