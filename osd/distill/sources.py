@@ -102,12 +102,9 @@ def generate_mixed(
         decoders["student"] = _IncrementalDecoder(student, prompt_ids, prompt_mask)
     if student_prob < 1:
         decoders["teacher"] = _IncrementalDecoder(teacher, prompt_ids, prompt_mask)
+    eos_ids = config.eos_token_id
     eos = torch.tensor(
-        []
-        if config.eos_token_id is None
-        else [config.eos_token_id]
-        if isinstance(config.eos_token_id, int)
-        else config.eos_token_id
+        [] if eos_ids is None else [eos_ids] if isinstance(eos_ids, int) else eos_ids, dtype=torch.long
     )
     finished = torch.zeros(batch_size, dtype=torch.bool)
     steps: list[torch.Tensor] = []
@@ -128,9 +125,10 @@ def generate_mixed(
         for d in decoders.values():
             d.feed(token)
     generated = torch.stack(steps, dim=1).tolist()  # [B, N]
+    eos_list = eos.tolist()
     responses = []
     for row in generated:
-        end = next((i + 1 for i, t in enumerate(row) if t in eos.tolist()), len(row))
+        end = next((i + 1 for i, t in enumerate(row) if t in eos_list), len(row))
         responses.append(row[:end])
     return responses
 

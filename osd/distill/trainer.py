@@ -113,7 +113,7 @@ class DistillTrainer(Trainer):
         )
         student.train(was_training)
         prompts = unpad(batch["prompt_ids"], batch["prompt_attention_mask"])
-        max_length = self.data_collator.max_length if hasattr(self.data_collator, "max_length") else None
+        max_length = getattr(self.data_collator, "max_length", None)
         train = make_train_batch(
             prompts,
             responses,
