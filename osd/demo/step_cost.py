@@ -1,0 +1,65 @@
+"""c = draft step time / target step time, measured on this machine.
+
+A step is one cached forward of one new token after a context of `context` tokens (what the
+draft does gamma times per speculative step, and what target-only decoding does per token).
+Times are the median over repetitions, taking the best of several rounds, because on a shared
+machine other processes only ever add time.
+
+Usage:
+    python -m osd.demo.step_cost                          # the demo pair
+    python -m osd.demo.step_cost --draft PATH --target PATH --context 80
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from transformers import PreTrainedModel
+
+
+@torch.inference_mode()
+def step_time(model: PreTrainedModel, context: int = 64, reps: int = 30, rounds: int = 5) -> float:
+    """Seconds for one cached single-token forward after `context` tokens."""
+    ids = torch.randint(4, model.config.vocab_size, (1, context))  # [1, T]
+    cache = model(ids, use_cache=True).past_key_values
+    token = ids[:, -1:]  # [1, 1]
+    best = float("inf")
+    for _ in range(rounds):
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            model(token, past_key_values=cache, use_cache=True)
+            times.append(time.perf_counter() - start)
+            cache.crop(-1)  # transformers 5: drop the token just appended, keep the context fixed
+        best = min(best, statistics.median(times))
+    return best
+
+
+def cost_ratio(
+    draft: PreTrainedModel, target: PreTrainedModel, context: int = 64
+) -> tuple[float, float, float]:
+    """(c, draft step seconds, target step seconds)."""
+    t_draft, t_target = step_time(draft, context), step_time(target, context)
+    return t_draft / t_target, t_draft, t_target
+
+
+def main() -> None:
+    from osd.demo import DRAFT_PATH, TEACHER_PATH, load_demo_pair
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--draft", default=str(DRAFT_PATH))
+    parser.add_argument("--target", default=str(TEACHER_PATH))
+    parser.add_argument("--context", type=int, default=64, help="tokens already in the KV cache")
+    args = parser.parse_args()
+    draft, target, _ = load_demo_pair(args.draft, args.target)
+    c, t_d, t_t = cost_ratio(draft, target, args.context)
+    print(
+        f"draft step {t_d * 1e3:.2f} ms, target step {t_t * 1e3:.2f} ms, c = {c:.3f} (torch threads: {torch.get_num_threads()})"
+    )
+
+
+if __name__ == "__main__":
+    main()
