@@ -9,6 +9,7 @@ reference's baseline scripts did.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import shutil
@@ -16,10 +17,26 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from osd.conversations import load_conversations, save_conversations
 from osd.demo import DRAFT_PATH, TEACHER_PATH, WORKLOAD_DIR
 
 NEVER = 10**9  # an update interval no stream reaches: the draft stays as it is
+
+
+def make_parser(doc: str) -> argparse.ArgumentParser:
+    """The driver's parser, with --threads (1 by default: the demo models are too small to gain from
+    more, and on a shared CPU extra threads mostly wait for each other)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    return args
 
 
 def load_sources(domains: Sequence[str], split: str = "train") -> dict[str, list[dict]]:

@@ -13,24 +13,28 @@ a 32000-token vocabulary (Vicuna/LLaMA). Writes {out}/results.json and table.md.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from benchmarks.online_common import load_sources, markdown_table, run_online, save_results
+from benchmarks.online_common import (
+    load_sources,
+    make_parser,
+    markdown_table,
+    parse,
+    run_online,
+    save_results,
+)
 from osd.demo import DOMAINS
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = make_parser(__doc__)
     parser.add_argument("--domain", default=DOMAINS[0])
     parser.add_argument("--queries", type=int, default=64)
     parser.add_argument("--intervals", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--out", default="outputs/online_cost")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     out = Path(args.out)
     stream = load_sources([args.domain])[args.domain][: args.queries]
     rows = []

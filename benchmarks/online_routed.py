@@ -12,19 +12,25 @@ the demo draft; updates every --update_interval queries (per draft for the route
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from benchmarks.online_common import NEVER, alpha_over, load_sources, markdown_table, run_online, save_results
+from benchmarks.online_common import (
+    NEVER,
+    alpha_over,
+    load_sources,
+    make_parser,
+    markdown_table,
+    parse,
+    run_online,
+    save_results,
+)
 from osd.demo import DOMAINS
 from osd.plots import alpha_series, plot_alpha
 from osd.streams import mix_stream
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = make_parser(__doc__)
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS))
     parser.add_argument("--queries", type=int, default=320)
     parser.add_argument("--route_by", default="dataset")
@@ -33,7 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--window", type=int, default=40, help="moving average (queries)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/online_routed")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     out = Path(args.out)
     stream = mix_stream(load_sources(args.domains), args.queries, seed=args.seed)
     online = {"update_interval": args.update_interval, "learning_rate": args.learning_rate}

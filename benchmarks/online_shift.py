@@ -14,10 +14,18 @@ otherwise.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from benchmarks.online_common import NEVER, alpha_over, load_sources, markdown_table, run_online, save_results
+from benchmarks.online_common import (
+    NEVER,
+    alpha_over,
+    load_sources,
+    make_parser,
+    markdown_table,
+    parse,
+    run_online,
+    save_results,
+)
 from osd.demo import DOMAINS
 from osd.plots import alpha_series, dataset_bands, plot_alpha
 from osd.streams import abrupt_stream, drift_stream, mix_stream
@@ -34,9 +42,7 @@ def build_stream(kind: str, domains: list[str], per_domain: int, queries: int, s
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = make_parser(__doc__)
     parser.add_argument("--kind", choices=["abrupt", "drift", "mix"], default="abrupt")
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS))
     parser.add_argument("--per_domain", type=int, default=80, help="abrupt: queries per segment")
@@ -46,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--window", type=int, default=20, help="queries per table cell and moving average")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/online_shift")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     out = Path(args.out)
     stream = build_stream(args.kind, args.domains, args.per_domain, args.queries, args.seed)
     runs = {

@@ -13,10 +13,18 @@ the offline draft's alpha, and the cost of the updates (share of serving time, b
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from benchmarks.online_common import NEVER, alpha_over, load_sources, markdown_table, run_online, save_results
+from benchmarks.online_common import (
+    NEVER,
+    alpha_over,
+    load_sources,
+    make_parser,
+    markdown_table,
+    parse,
+    run_online,
+    save_results,
+)
 from osd.demo import DOMAINS
 from osd.plots import alpha_series, plot_alpha
 
@@ -34,9 +42,7 @@ def reach_query(entries: list[dict], target: float, window: int) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = make_parser(__doc__)
     parser.add_argument("--domain", default=DOMAINS[0])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--update_interval", type=int, default=8)
@@ -44,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--window", type=int, default=25, help="moving-average window (queries)")
     parser.add_argument("--offline_draft", default="outputs/demo_distilled_draft")
     parser.add_argument("--out", default="outputs/online_single")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     out = Path(args.out)
     stream = load_sources([args.domain])[args.domain][: args.queries]
     common = {"learning_rate": args.learning_rate}

@@ -47,7 +47,11 @@ class Table1Args:
     )
     eval_path: str | None = field(default=None, metadata={"help": "Default: data/local/{domain}_eval.json."})
     out_dir: str = field(
-        default="benchmarks/results", metadata={"help": "Where the table and run folders go."}
+        default="benchmarks/results", metadata={"help": "Where the table (.md, .json) goes."}
+    )
+    work_dir: str = field(
+        default="runs/table1_offline",
+        metadata={"help": "Teacher answers and one output_dir per run (metrics.jsonl)."},
     )
     max_steps: int = field(default=20, metadata={"help": "Optimizer steps per distillation run."})
     batch_size: int = field(default=8, metadata={"help": "Prompts per step."})

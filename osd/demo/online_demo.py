@@ -88,7 +88,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--gamma", type=int, default=5)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--output_dir", default="outputs/online_demo")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (the demo models are too small to gain from more)",
+    )
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     out = Path(args.output_dir)
     shutil.rmtree(out, ignore_errors=True)  # a fresh run, not a resume of an older one
     out.mkdir(parents=True)

@@ -28,6 +28,17 @@ from osd.distill.online import OnlineDistillTrainer, buffer_query, distillation_
 from osd.spec import SpeculativeDecoder
 
 WORDS = [f"w{i}" for i in range(60)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: threads only add synchronisation, which stalls on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 VOCAB = ["<pad>", "<s>", "</s>", "<unk>"] + WORDS
 
 
