@@ -19,6 +19,7 @@ LR=${LR:-3e-4}
 STUDENT=${STUDENT:-osd/demo/models/draft}
 TEACHER=${TEACHER:-osd/demo/models/teacher}
 STREAM="$SAVEPATH/stream.json"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # tiny models: more threads only wait for each other
 
 mkdir -p "$SAVEPATH"
 python data/prepare_online.py --kind abrupt --lengths "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" \
