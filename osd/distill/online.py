@@ -43,7 +43,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,7 @@ def distillation_loss(
     buffer: Sequence[BufferedQuery],
     divergence: Divergence,
     temperature: float = 1.0,
-    backward=None,
+    backward: Callable[[torch.Tensor], None] | None = None,
 ) -> torch.Tensor | None:
     """Mean divergence over every loss position of the buffer (token-weighted across queries).
 
