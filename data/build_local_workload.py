@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import random
 import sqlite3
 import sys
@@ -193,6 +194,11 @@ def sql_slots(rng: random.Random) -> dict[str, object]:
     }  # fmt: skip
 
 
+def sql_databases(seed: int) -> dict[str, sqlite3.Connection]:
+    """The seeded databases the SQL answers run against (one per schema)."""
+    return {db: build_database(db, random.Random(f"{seed}-{db}")) for db in SCHEMAS}
+
+
 def sql_example(rng: random.Random, dbs: dict[str, sqlite3.Connection]) -> tuple[str, str, dict]:
     db = rng.choice(sorted(SCHEMAS))
     question, sql = rng.choice(SQL_TEMPLATES[db])
@@ -263,6 +269,7 @@ def math_example(rng: random.Random, _: object = None) -> tuple[str, str, dict]:
 CODE_PROMPT = "Please generate code based on the following doc:\n{doc}"
 
 
+@functools.cache
 def stdlib_functions(max_chars: int = 360) -> list[tuple[str, str, str]]:
     """(module, docstring first paragraph, function source without docstring) from the stdlib, sorted."""
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -384,7 +391,7 @@ def generate_domain(
 def build(seed: int, train_size: int, eval_size: int) -> dict[str, list[dict]]:
     """All splits as `{"{domain}_{split}": records}`."""
     rng = random.Random(seed)
-    dbs = {db: build_database(db, random.Random(f"{seed}-{db}")) for db in SCHEMAS}
+    dbs = sql_databases(seed)
     makers = {
         "sql": lambda r: sql_example(r, dbs),
         "math": math_example,

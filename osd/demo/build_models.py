@@ -25,6 +25,7 @@ import io
 import json
 import math
 import random
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -74,14 +75,14 @@ class BuildConfig:
     draft_hidden: int = field(default=256, metadata={"help": "Draft hidden size (wide)."})
     draft_ffn: int = field(default=1024, metadata={"help": "Draft MLP size."})
     draft_heads: int = field(default=4, metadata={"help": "Draft attention heads."})
-    teacher_steps: int = field(default=1000, metadata={"help": "Teacher optimizer steps."})
+    teacher_steps: int = field(default=500, metadata={"help": "Teacher optimizer steps."})
     draft_steps: int = field(
         default=300, metadata={"help": "Draft optimizer steps (fewer than the teacher's)."}
     )
     batch_size: int = field(default=32, metadata={"help": "Sequences per step."})
     teacher_lr: float = field(default=3e-3, metadata={"help": "Teacher peak learning rate."})
     draft_lr: float = field(default=2e-3, metadata={"help": "Draft peak learning rate."})
-    warmup_steps: int = field(default=50, metadata={"help": "Linear warmup, then cosine decay to 10%."})
+    warmup_steps: int = field(default=30, metadata={"help": "Linear warmup, then cosine decay to 10%."})
     max_length: int = field(default=160, metadata={"help": "Sequences are cut to this many tokens."})
     num_threads: int = field(
         default=1,
@@ -98,8 +99,8 @@ class BuildConfig:
 # ----------------------------------------------------------------------------- tokenizer
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, out_dir: Path) -> PreTrainedTokenizerBase:
-    """SentencePiece BPE (byte fallback, no normalisation so code whitespace survives) as a HF Llama tokenizer."""
+def train_tokenizer(texts: list[str], vocab_size: int) -> tuple[PreTrainedTokenizerBase, bytes]:
+    """SentencePiece BPE (byte fallback, no normalisation so code whitespace survives): (HF Llama tokenizer, tokenizer.model bytes)."""
     lines = [line for text in texts for line in text.split("\n") if line.strip()]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -109,13 +110,12 @@ def train_tokenizer(texts: list[str], vocab_size: int, out_dir: Path) -> PreTrai
         unk_id=0, bos_id=1, eos_id=2, pad_id=3, num_threads=1, shuffle_input_sentence=False,
         input_sentence_size=0, max_sentence_length=8192, minloglevel=2,
     )  # fmt: skip
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "tokenizer.model").write_bytes(model.getvalue())
-    tok = LlamaTokenizer.from_pretrained(out_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "tokenizer.model").write_bytes(model.getvalue())
+        tok = LlamaTokenizer.from_pretrained(tmp)
     tok.pad_token = "<pad>"
     tok.chat_template = CHAT_TEMPLATE
-    tok.save_pretrained(out_dir)
-    return tok
+    return tok, model.getvalue()
 
 
 # ----------------------------------------------------------------------------- data
@@ -231,12 +231,12 @@ def eval_loss(
     return total / count
 
 
-def save_model(model: LlamaForCausalLM, tok: PreTrainedTokenizerBase, tok_dir: Path, path: Path) -> None:
+def save_model(model: LlamaForCausalLM, tok: PreTrainedTokenizerBase, sp_model: bytes, path: Path) -> None:
     """fp16 safetensors (the config stays float32), the HF tokenizer files and tokenizer.model."""
     state = {k: v.to(torch.float16) for k, v in model.state_dict().items()}
     model.save_pretrained(path, state_dict=state)
     tok.save_pretrained(path)
-    (path / "tokenizer.model").write_bytes((tok_dir / "tokenizer.model").read_bytes())
+    (path / "tokenizer.model").write_bytes(sp_model)
 
 
 @torch.inference_mode()
@@ -273,8 +273,7 @@ def build(cfg: BuildConfig) -> dict:
     }
     train = [r for d in DOMAINS for r in workload[d, "train"]]
     texts = [t["content"] for r in train for t in r["conversation"]] + ["USER:", "ASSISTANT:"]
-    tok_dir = out / "tokenizer"
-    tok = train_tokenizer(texts, cfg.vocab_size, tok_dir)
+    tok, sp_model = train_tokenizer(texts, cfg.vocab_size)
 
     metrics: dict = {"config": asdict(cfg), "torch": torch.__version__}
     torch.manual_seed(cfg.seed)
@@ -282,14 +281,14 @@ def build(cfg: BuildConfig) -> dict:
     metrics["teacher"] = {"parameters": num_params(teacher)}
     metrics["teacher"] |= train_lm(teacher, [teacher_example(tok, r, cfg.max_length) for r in train],
                                    cfg.teacher_steps, cfg, cfg.teacher_lr, "teacher")  # fmt: skip
-    save_model(teacher, tok, tok_dir, out / "teacher")
+    save_model(teacher, tok, sp_model, out / "teacher")
 
     torch.manual_seed(cfg.seed + 1)
     draft = make_model(tok, cfg.draft_layers, cfg.draft_hidden, cfg.draft_ffn, cfg.draft_heads)
     metrics["draft"] = {"parameters": num_params(draft)}
     metrics["draft"] |= train_lm(draft, [draft_example(tok, r, cfg.max_length) for r in train],
                                  cfg.draft_steps, cfg, cfg.draft_lr, "draft")  # fmt: skip
-    save_model(draft, tok, tok_dir, out / "draft")
+    save_model(draft, tok, sp_model, out / "draft")
 
     # Figures on the saved (fp16-rounded) weights, loaded back as float32 like every tool does.
     teacher = LlamaForCausalLM.from_pretrained(out / "teacher", dtype=torch.float32).eval()

@@ -69,6 +69,7 @@ def forward_kl(
 
 def main() -> None:
     (cfg,) = HfArgumentParser(HeadroomConfig).parse_args_into_dataclasses()
+    torch.set_num_threads(1)  # fastest for these tiny models on a shared CPU
     out_dir = Path(cfg.out_dir)
     draft, teacher, tok = load_demo_pair(cfg.draft, cfg.target)
     train = load_conversations(workload_path(cfg.domain, "train"))[: cfg.num_train]

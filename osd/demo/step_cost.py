@@ -53,7 +53,10 @@ def main() -> None:
     parser.add_argument("--draft", default=str(DRAFT_PATH))
     parser.add_argument("--target", default=str(TEACHER_PATH))
     parser.add_argument("--context", type=int, default=64, help="tokens already in the KV cache")
+    parser.add_argument("--num_threads", type=int, default=1, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
     draft, target, _ = load_demo_pair(args.draft, args.target)
     c, t_d, t_t = cost_ratio(draft, target, args.context)
     print(
