@@ -1,0 +1,61 @@
+"""Check llama.cpp's greedy outputs against Hugging Face greedy `generate` on the same prompt ids.
+
+    python -m llamacpp_patches.check_hf --model osd/demo/models/teacher runs/llamacpp/demo/standard_spec.jsonl
+
+Reads the `mode=baseline` lines (written with `--osd-dump-ids`) of the given model's runs and prints,
+per query, whether HF produced the same tokens and, if not, the first differing position and the gap
+between HF's two largest logits there. Pass only runs whose `-m` GGUF was converted from --model.
+llama.cpp's kernels and torch round differently, so a near tie (gap ~1e-3) may flip; a difference
+at a large gap, or early in every query, points to a conversion or prompt problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from .report import load_lines
+
+
+@torch.no_grad()
+def first_difference(model: PreTrainedModel, line: dict) -> tuple[int, float] | None:
+    """(first generated position where HF greedy differs from the recorded output, HF's top-2 logit gap there)."""
+    ids = torch.tensor([line["prompt_ids"]])  # [1, T]
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=line["generated_tokens"], do_sample=False
+    )
+    hf, cpp = out[0, ids.shape[1] :].tolist(), line["output_ids"]
+    if hf == cpp:
+        return None
+    i = next((i for i, (a, b) in enumerate(zip(hf, cpp, strict=False)) if a != b), min(len(hf), len(cpp)))
+    logits = model(out[:, : ids.shape[1] + i]).logits[0, -1]  # [V], predicts generated token i
+    top = logits.topk(2).values
+    return i, float(top[0] - top[1])
+
+
+def main(argv: list[str] | None = None) -> dict[str, tuple[int, float] | None]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, help="HF folder of the model the GGUF was converted from")
+    parser.add_argument("files", nargs="+", help="llama-osd-stream outputs with --osd-dump-ids")
+    args = parser.parse_args(argv)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    lines = [x for f in args.files for x in load_lines(f) if x["mode"] == "baseline" and "output_ids" in x]
+    if not lines:
+        raise ValueError(
+            f"{args.files}: no baseline lines with output_ids; run llama-osd-stream with --osd-dump-ids"
+        )
+    result = {f"{x['file']}:{x['id']}": first_difference(model, x) for x in lines}
+    same = sum(d is None for d in result.values())
+    print(f"{same}/{len(result)} queries identical to HF greedy")
+    for key, d in result.items():
+        if d is not None:
+            print(f"  {key}: first difference at generated token {d[0]}, HF top-2 logit gap {d[1]:.2g}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
