@@ -62,6 +62,10 @@ class Table1Args:
     max_eval_samples: int = field(default=30, metadata={"help": "Eval queries for alpha."})
     max_propose_num: int = field(default=5, metadata={"help": "gamma."})
     model_max_length: int = field(default=256, metadata={"help": "Prompt + response length cap."})
+    num_threads: int = field(
+        default=1,
+        metadata={"help": "torch CPU threads; 1 avoids oversubscription slowdowns on a shared CPU."},
+    )
     seed: int = field(default=0, metadata={"help": "Seed for the sample sources and training."})
 
 
@@ -166,6 +170,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out, work = Path(args.out_dir), Path(args.work_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
+    torch.set_num_threads(args.num_threads)
     tokenizer = AutoTokenizer.from_pretrained(args.teacher_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.unk_token or tokenizer.eos_token

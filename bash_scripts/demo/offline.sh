@@ -29,6 +29,8 @@ MAX_EVAL_SAMPLES=${MAX_EVAL_SAMPLES:-30}
 REPORT_TO=${REPORT_TO:-none}
 PYTHON=${PYTHON:-python}
 EXTRA_ARGS=${EXTRA_ARGS:-}
+# tiny models gain nothing from threads, and on a shared CPU extra threads slow torch down many times
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 "$PYTHON" -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" \
