@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_draft_baseline:
         stream(args, args.draft_gguf, "baseline", data, draft, template)
 
-    lines = load_lines(spec) + load_lines(draft)
+    # draft-only lines are matched by model path, so earlier runs' (--skip_draft_baseline) count too
+    lines = load_lines(spec) + [x for f in sorted(out_dir.glob("*_draft.jsonl")) for x in load_lines(f)]
     mismatched = check_prompt_ids(lines, records, tokenizer)
     if mismatched:
         print(
