@@ -11,6 +11,10 @@ accelerate/DeepSpeed and `report_to` are inherited):
   same update as one big batch);
 - `evaluate`: the acceptance rate of speculative decoding with the student as draft (osd.spec),
   not a loss. With `eval_on_start` (default on) it also runs before the first step: "Standard" SD.
+
+Limits: the student generates its samples unsharded (DDP and device_map teachers work; DeepSpeed
+ZeRO-3 would need its parameters gathered for generation). Every process measures alpha on the
+whole eval set.
 """
 
 from __future__ import annotations
