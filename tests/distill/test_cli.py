@@ -23,11 +23,11 @@ def saved_pair(tmp_path) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-def _argv(student, teacher, data, out, *extra) -> list[str]:
+def _argv(student, teacher, data, out, *extra, batch_size: int = 3) -> list[str]:
     return [
         "--student_model_path", student, "--teacher_model_path", teacher, "--data_path", data,
         "--eval_data_path", data, "--output_dir", str(out), "--report_to", "none", "--max_new_tokens", "6",
-        "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_steps", "2",
+        "--per_device_train_batch_size", str(batch_size), "--logging_steps", "1", "--save_steps", "2",
         "--learning_rate", "1e-2", "--disable_tqdm", "True", "--max_eval_samples", "2", *extra,
     ]  # fmt: skip
 
@@ -71,3 +71,19 @@ def test_vocabulary_mismatch_is_a_clear_error(saved_pair, tmp_path):
     data = write_conversations(tmp_path / "d.json")
     with pytest.raises(ValueError, match="vocab_size"):
         main(_argv(student, str(tmp_path / "other"), data, tmp_path / "o"))
+
+
+def test_online_mode_dispatches_to_the_online_trainer(saved_pair, tmp_path, monkeypatch):
+    from osd.distill import online
+
+    used = []
+    original = online.OnlineDistillTrainer.__init__
+
+    def spy(self, *args, **kwargs):
+        used.append(type(self).__name__)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(online.OnlineDistillTrainer, "__init__", spy)
+    data = write_conversations(tmp_path / "d.json")
+    main(_argv(*saved_pair, data, tmp_path / "online", "--mode", "online", "--max_steps", "2", batch_size=1))
+    assert used == ["OnlineDistillTrainer"]
