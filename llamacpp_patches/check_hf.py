@@ -1,10 +1,11 @@
 """Check llama.cpp's greedy outputs against Hugging Face greedy `generate` on the same prompt ids.
 
-    python -m llamacpp_patches.check_hf --model osd/demo/models/teacher runs/llamacpp/demo/standard_spec.jsonl
+    python -m llamacpp_patches.check_hf --model osd/demo/models/teacher runs/llamacpp/demo/standard.jsonl
 
 Reads the `mode=baseline` lines (written with `--osd-dump-ids`) of the given model's runs and prints,
 per query, whether HF produced the same tokens and, if not, the first differing position and the gap
-between HF's two largest logits there. Pass only runs whose `-m` GGUF was converted from --model.
+between HF's two largest logits there. Pass only runs whose `-m` GGUF was converted from --model
+(in a `--osd-mode both` file the draft-only lines are skipped: their model is the draft).
 llama.cpp's kernels and torch round differently, so a near tie (gap ~1e-3) may flip; a difference
 at a large gap, or early in every query, points to a conversion or prompt problem.
 """
@@ -43,7 +44,13 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, float] | None]:
     parser.add_argument("files", nargs="+", help="llama-osd-stream outputs with --osd-dump-ids")
     args = parser.parse_args(argv)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    lines = [x for f in args.files for x in load_lines(f) if x["mode"] == "baseline" and "output_ids" in x]
+    lines = [x for f in args.files for x in load_lines(f)]
+    drafts = {(x["file"], x["draft_model"]) for x in lines if x["mode"] == "speculative"}
+    lines = [
+        x
+        for x in lines
+        if x["mode"] == "baseline" and "output_ids" in x and (x["file"], x["model"]) not in drafts
+    ]
     if not lines:
         raise ValueError(
             f"{args.files}: no baseline lines with output_ids; run llama-osd-stream with --osd-dump-ids"

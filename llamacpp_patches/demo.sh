@@ -54,4 +54,4 @@ for D in "${DRAFTS[@]}"; do
         --draft_gguf "$WORK/gguf/demo-$D-$TYPE.gguf" --tokenizer_path "$TEACHER" --data_path "${DATA[@]}" \
         --limit "$LIMIT" --max_new_tokens "$N" --gamma "$GAMMA" --threads "$THREADS" --out_dir "$OUT" --label "$D"
 done
-"$PYTHON" -m llamacpp_patches.report "$OUT"/*_spec.jsonl "$OUT"/*_draft.jsonl --json "$OUT/summary.json"
+"$PYTHON" -m llamacpp_patches.report "$OUT"/*.jsonl --json "$OUT/summary.json"

@@ -4,11 +4,10 @@
     python -m llamacpp_patches.report runs/llamacpp/*.jsonl --json runs/llamacpp/summary.json
 
 Each input file holds the JSON lines of one `llama-osd-stream` invocation. A speculative run
-(target T, draft D, gamma) is compared, per dataset, with
-  * the target-only baseline: `mode=baseline` lines of T from the same file when present (run
-    interleaved with the speculative ones, query by query, so both see the same machine load),
-    else from all files;
-  * the draft-only baseline: `mode=baseline` lines whose model is D, from any file (for c).
+(target T, draft D, gamma) is compared, per dataset and on the same query ids, with the
+target-only (`mode=baseline`, model T) and draft-only (`mode=baseline`, model D, for c) lines of the
+same file when it has them (`--osd-mode both` runs the three interleaved, query by query, so they
+see the same machine load), else with such lines from the other files.
 
 Columns (ms/token is total decode time / total generated tokens, prefill excluded):
   base, spec   target-only and speculative ms/token; speedup = base / spec (measured)
@@ -135,8 +134,23 @@ def _row(draft: str, dataset: str, gamma: int, spec: list[dict], base: list[dict
     )
 
 
+def _baseline(
+    baselines: dict[str, list[dict]], model: str, file: str, ids: set[str], role: str
+) -> list[dict]:
+    """`model`'s baseline lines for the queries `ids`: from `file` when it has them, else from any file."""
+    pool = [x for x in baselines[model] if x["file"] == file] or baselines[model]
+    got = [x for x in pool if x["id"] in ids]
+    missing = ids - {x["id"] for x in got}
+    if missing:
+        raise ValueError(
+            f"{file}: no {role}-only baseline lines for {model} on queries {sorted(missing)[:5]}; "
+            f"run llama-osd-stream --osd-mode both, or -m {model} --osd-mode baseline on the same data"
+        )
+    return got
+
+
 def summarize(lines: list[dict]) -> list[Row]:
-    """One row per (speculative run, dataset) and one `all` row per run."""
+    """One row per (speculative run, dataset) and one `all` row per run with several datasets."""
     runs: dict[tuple, list[dict]] = defaultdict(list)
     baselines: dict[str, list[dict]] = defaultdict(list)
     for x in lines:
@@ -146,26 +160,15 @@ def summarize(lines: list[dict]) -> list[Row]:
             baselines[x["model"]].append(x)
     rows = []
     for (file, target, draft, gamma), spec in runs.items():
-        same_file = [x for x in baselines[target] if x["file"] == file]
-        base = same_file or baselines[target]
-        dbase = baselines[draft]
-        for name, model, got in (("target", target, base), ("draft", draft, dbase)):
-            if not got:
-                raise ValueError(
-                    f"{file}: no {name}-only baseline lines for {model}; run llama-osd-stream -m {model} "
-                    f"--osd-mode baseline on the same data"
-                )
+        ids = {x["id"] for x in spec}
+        base = _baseline(baselines, target, file, ids, "target")
+        dbase = _baseline(baselines, draft, file, ids, "draft")
         datasets = sorted({x["dataset"] for x in spec})
         for dataset in [*datasets, ALL] if len(datasets) > 1 else datasets:
 
             def pick(xs: list[dict], dataset: str = dataset) -> list[dict]:
                 return xs if dataset == ALL else [x for x in xs if x["dataset"] == dataset]
 
-            for name, model, got in (("target", target, pick(base)), ("draft", draft, pick(dbase))):
-                if not got:
-                    raise ValueError(
-                        f"{file}: no {name}-only baseline lines for {model} on dataset {dataset!r}"
-                    )
             rows.append(_row(Path(draft).stem, dataset, gamma, pick(spec), pick(base), pick(dbase)))
     return rows
 

@@ -5,8 +5,8 @@
         --data_path data/local/gsm8k_eval.json data/local/spider_eval.json --limit 10 --label standard
     python -m llamacpp_patches.report runs/llamacpp/*.jsonl     # the table again, over several runs
 
-Writes, under --out_dir: `{label}_queries.json` (the served records), `{label}_spec.jsonl` (baseline and
-speculative lines, interleaved per query) and `{label}_draft.jsonl` (draft-only lines, for c).
+Writes, under --out_dir: `{label}_queries.json` (the served records) and `{label}.jsonl` (per query:
+target-only, draft-only and speculative lines, from one `--osd-mode both` invocation).
 
 Prompts: with `--prompt_source ids` (default) every served record carries `prompt_ids` from
 `osd.prompting.encode_prompt`, so llama.cpp serves exactly the Python side's tokens. With `template`
@@ -68,9 +68,6 @@ class StreamArgs:
             "help": "ids: serve osd.prompting.encode_prompt's ids; template: let llama.cpp tokenize the template"
         },
     )
-    skip_draft_baseline: bool = field(
-        default=False, metadata={"help": "reuse an existing {label}_draft.jsonl"}
-    )
 
     def __post_init__(self) -> None:
         if self.prompt_source not in ("ids", "template"):
@@ -105,15 +102,13 @@ def check_prompt_ids(lines: list[dict], records: list[dict], tokenizer) -> list[
     ]
 
 
-def stream(args: StreamArgs, model: str, mode: str, data: Path, out: Path, template: str) -> None:
+def stream(args: StreamArgs, data: Path, out: Path, template: str) -> None:
     cmd = [
-        args.binary, "-m", model, "-n", str(args.max_new_tokens), "-c", str(args.ctx_size),
+        args.binary, "-m", args.target_gguf, "-md", args.draft_gguf, "-n", str(args.max_new_tokens), "-c", str(args.ctx_size),
         "-t", str(args.threads), "-tb", str(args.threads), "--spec-draft-n-max", str(args.gamma),
-        "--osd-data", str(data), "--osd-out", str(out), "--osd-mode", mode,
+        "--osd-data", str(data), "--osd-out", str(out), "--osd-mode", "both",
         "--osd-template", template, "--osd-dump-ids", *shlex.split(args.extra_args),
     ]  # fmt: skip
-    if mode != "baseline":
-        cmd += ["-md", args.draft_gguf]
     print("+", shlex.join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -125,27 +120,23 @@ def main(argv: list[str] | None = None) -> None:
     records = collect_queries(args.data_path, args.limit)
     if args.prompt_source == "ids":
         records = [{**r, "prompt_ids": encode_prompt(tokenizer, user_query(r))} for r in records]
-    bad = template_mismatches(tokenizer, template, records)
-    if bad:
+    elif bad := template_mismatches(tokenizer, template, records):
         raise ValueError(
-            f"the chat template of {args.tokenizer_path} renders records {bad[:10]} differently from a plain {{query}} slot"
+            f"the chat template of {args.tokenizer_path} renders records {bad[:10]} differently from a plain "
+            f"{{query}} slot; use --prompt_source ids"
         )
 
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = out_dir / f"{args.label}_queries.json"
     save_conversations(records, data)
-    spec, draft = out_dir / f"{args.label}_spec.jsonl", out_dir / f"{args.label}_draft.jsonl"
-    stream(args, args.target_gguf, "both", data, spec, template)
-    if not args.skip_draft_baseline:
-        stream(args, args.draft_gguf, "baseline", data, draft, template)
-
-    # draft-only lines are matched by model path, so earlier runs' (--skip_draft_baseline) count too
-    lines = load_lines(spec) + [x for f in sorted(out_dir.glob("*_draft.jsonl")) for x in load_lines(f)]
+    out = out_dir / f"{args.label}.jsonl"
+    stream(args, data, out, template)
+    lines = load_lines(out)
     mismatched = check_prompt_ids(lines, records, tokenizer)
     if mismatched:
         print(
-            f"WARNING: llama.cpp tokenized {len(set(mismatched))} prompts differently from osd.prompting: {sorted(set(mismatched))[:10]}"
+            f"WARNING: llama.cpp served {len(set(mismatched))} prompts differently from osd.prompting: {sorted(set(mismatched))[:10]}"
         )
     rows = summarize(lines)
     print(format_table(rows))

@@ -21,7 +21,8 @@
 //                        a record's "prompt_ids" (token ids), when present, are served instead of the template
 //   --osd-out FILE       JSONL output, one line per (query, mode), flushed after every query
 //   --osd-limit N        serve the first N records only (default: all)
-//   --osd-mode M         baseline | speculative | both (default: both; both runs baseline first per query)
+//   --osd-mode M         baseline | speculative | both (default). both: per query, target-only, then
+//                        draft-only (for c), then speculative, so all three see the same machine load
 //   --osd-template STR   prompt template with exactly one {query} (default: FastChat vicuna_v1.1, the
 //                        template of osd/prompting.py); llamacpp_patches/run.py passes the HF tokenizer's
 //   --osd-dump-ids       also write prompt_ids and output_ids (to check tokenization and greedy equality)
@@ -389,6 +390,9 @@ static void serve(const osd_args & a, const std::vector<osd_query> & queries, co
         if (a.mode != "speculative") {
             run_baseline(ctx_tgt, batch_tgt, prompts[0], n_warm);
         }
+        if (a.mode == "both") {
+            run_baseline(ctx_dft, batch_dft, prompts[0], n_warm);
+        }
         if (a.mode != "baseline") {
             run_speculative(ctx_tgt, ctx_dft, batch_tgt, batch_dft, prompts[0], n_warm, gamma);
         }
@@ -399,6 +403,11 @@ static void serve(const osd_args & a, const std::vector<osd_query> & queries, co
         if (a.mode != "speculative") {
             const osd_result r = run_baseline(ctx_tgt, batch_tgt, prompt, params.n_predict);
             out << result_line(q, "baseline", r, params, model_path, draft_path, prompt, a.dump_ids).dump() << "\n";
+        }
+        if (a.mode == "both") {
+            // the draft alone, under the same machine load, for c = draft / target ms per token
+            const osd_result r = run_baseline(ctx_dft, batch_dft, prompt, params.n_predict);
+            out << result_line(q, "baseline", r, params, draft_path, draft_path, prompt, a.dump_ids).dump() << "\n";
         }
         if (a.mode != "baseline") {
             const osd_result r = run_speculative(ctx_tgt, ctx_dft, batch_tgt, batch_dft, prompt, params.n_predict, gamma);

@@ -1,7 +1,7 @@
 """Recorded llama-osd-stream runs (tests/llamacpp/fixtures) and the tokenizers that recorded them.
 
 Each recorded run `NAME` has `NAME_queries.json` (the served records), `NAME_stream.jsonl`
-(`--osd-mode both --osd-dump-ids`), `NAME_draft.jsonl` (draft-only baseline) and `NAME_meta.json`
+(`--osd-mode both --osd-dump-ids`: target-only, draft-only and speculative lines) and `NAME_meta.json`
 (the tokenizer folder, whether its chat template was used, the command that recorded it). The build is never needed here.
 """
 
@@ -19,10 +19,7 @@ RECORDED = sorted(p.name.removesuffix("_meta.json") for p in FIXTURES.glob("*_me
 
 
 def recorded_paths(name: str) -> dict[str, Path]:
-    return {
-        kind: FIXTURES / f"{name}_{kind}"
-        for kind in ("queries.json", "stream.jsonl", "draft.jsonl", "meta.json")
-    }
+    return {kind: FIXTURES / f"{name}_{kind}" for kind in ("queries.json", "stream.jsonl", "meta.json")}
 
 
 def recorded_tokenizer(name: str):

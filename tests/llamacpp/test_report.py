@@ -13,8 +13,7 @@ from osd.cost_model import speedup
 
 
 def recorded_lines(name: str) -> list[dict]:
-    paths = recorded_paths(name)
-    return load_lines(paths["stream.jsonl"]) + load_lines(paths["draft.jsonl"])
+    return load_lines(recorded_paths(name)["stream.jsonl"])
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.85])
@@ -93,7 +92,9 @@ def test_a_malformed_line_is_reported_with_file_and_line(tmp_path):
 
 @pytest.mark.parametrize("name", RECORDED)
 def test_a_missing_draft_baseline_names_the_draft(name):
-    spec_only = load_lines(recorded_paths(name)["stream.jsonl"])
+    lines = recorded_lines(name)
+    draft = next(x["draft_model"] for x in lines if x["mode"] == "speculative")
+    spec_only = [x for x in lines if x["model"] != draft]
     with pytest.raises(ValueError, match="no draft-only baseline lines for .*--osd-mode baseline"):
         summarize(spec_only)
 
@@ -102,7 +103,18 @@ def test_a_missing_draft_baseline_names_the_draft(name):
 def test_cli_prints_the_table_and_writes_json(name, tmp_path, capsys):
     paths = recorded_paths(name)
     out = tmp_path / "summary.json"
-    rows = main([str(paths["stream.jsonl"]), str(paths["draft.jsonl"]), "--json", str(out)])
+    rows = main([str(paths["stream.jsonl"]), "--json", str(out)])
     printed = capsys.readouterr().out
     assert all(r.dataset in printed for r in rows)
     assert [r["speedup"] for r in json.loads(out.read_text())] == pytest.approx([r.speedup for r in rows])
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_baselines_from_another_file_are_matched_by_query_id(name):
+    lines = recorded_lines(name)
+    draft = next(x["draft_model"] for x in lines if x["mode"] == "speculative")
+    moved = [{**x, "file": "other.jsonl"} if x["model"] == draft else x for x in lines]
+    assert [r.c for r in summarize(moved)] == pytest.approx([r.c for r in summarize(lines)])
+    some = {x["id"] for x in lines[:3]}
+    with pytest.raises(ValueError, match="no draft-only baseline lines"):
+        summarize([x for x in moved if x["model"] != draft or x["id"] in some])
