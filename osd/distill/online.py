@@ -21,7 +21,8 @@ model the decoder input is [start] + generated[:-1] and row i predicts generated
 Buffer and memory. Each buffered query keeps, on the CPU, its token ids and the target's logits
 at its W loss positions only, in float16 (clamped to +-6e4 so nothing overflows): 2*V bytes per
 loss position (64 KB for V = 32000). The buffer holds at most --online_update_interval queries
-per draft. The student's logits are recomputed at the update (they change between updates).
+per draft; a run whose update interval exceeds the stream (a static baseline) keeps nothing.
+The student's logits are recomputed at the update (they change between updates).
 
 Optimizer cadence. A Trainer step is one query (per-device batch size 1, gradient accumulation 1),
 so Trainer calls `optimizer.step()` after every query. Between updates no gradient exists
@@ -283,6 +284,10 @@ class OnlineDistillTrainer(DistillTrainer):
         key, draft = self._route(model, input_ids, groups)
         out = self._serve(draft, input_ids)
         self.online.add(QueryStats.of(out, groups))
+        self._updated_this_step = False
+        if self.args.online_update_interval > self.state.max_steps:
+            # the stream ends before the first update: a static run (Standard SD), nothing to keep
+            return torch.zeros((), device=self.args.device)
         buffer = self.buffers.setdefault(key, [])
         buffer.append(buffer_query(input_ids, out, self.args.online_loss_positions, self.buffer_dtype))
         self.online.max_buffer_bytes = max(self.online.max_buffer_bytes, self._buffer_bytes())

@@ -310,3 +310,15 @@ def test_routed_drafts_update_only_on_their_own_queries_and_resume(tmp_path):
     assert LlamaForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-3" / "b").config.vocab_size == len(
         VOCAB
     )
+
+
+def test_static_run_serves_without_buffering(tmp_path):
+    """An update interval beyond the stream (the Standard baseline) keeps no buffer and never updates."""
+    draft, target = make_pair()
+    stream = write_stream(tmp_path / "stream.json", 3)
+    before = copy.deepcopy(draft.state_dict())
+    trainer = make_trainer(tmp_path, stream, draft, target, online_update_interval=10**9)
+    trainer.train()
+    assert trainer.online.max_buffer_bytes == 0 and not any(trainer.buffers.values())
+    assert [e["queries"] for e in online_entries(tmp_path / "run")] == [1, 2, 3]
+    assert all(torch.equal(v, draft.state_dict()[k]) for k, v in before.items())
