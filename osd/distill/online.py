@@ -383,7 +383,9 @@ class OnlineDistillTrainer(DistillTrainer):
         if pending and (
             self.state.global_step % self.args.online_eval_interval == 0 or self.control.should_training_stop
         ):
+            should_log = self.control.should_log  # on_log clears it: keep Trainer's own log of this step
             self.log(self.online.metrics(self.args.online_alpha_window))
+            self.control.should_log = should_log
         super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, *args, **kwargs)
 
     # ---- checkpoint and resume --------------------------------------------------------------

@@ -187,7 +187,9 @@ def test_student_changes_only_at_update_steps(tmp_path):
     draft, target = make_pair()
     stream = write_stream(tmp_path / "stream.json", 6)
     # weight decay > 0: a non-update optimizer step would still shrink the weights if it ran
-    trainer = make_trainer(tmp_path, stream, draft, target, online_update_interval=3, weight_decay=0.1)
+    trainer = make_trainer(
+        tmp_path, stream, draft, target, online_update_interval=3, weight_decay=0.1, logging_steps=2
+    )
     spy = ParamsPerStep(draft)
     trainer.add_callback(spy)
     trainer.train()
@@ -197,6 +199,9 @@ def test_student_changes_only_at_update_steps(tmp_path):
     ]
     assert changed == [False, False, True, False, False, True]
     assert trainer.online.updates == 2 and not any(trainer.buffers.values())
+    # Trainer's own loss entries (logging_steps) survive the online entries logged at the same steps
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in lines if "learning_rate" in e] == [2, 4, 6]
 
 
 def test_logs_alpha_per_group_as_the_engine_measures_it(tmp_path):
