@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "loss positions": positions,
                     "updates": last["online_updates"],
                     "update time / serving time": last["update_time_share"],
-                    "peak buffer (MB)": last["buffer_mb"],
+                    "peak buffer (MB)": last["buffer_peak_mb"],
                     "alpha (cumulative)": last["alpha_cumulative"],
                 }
             )

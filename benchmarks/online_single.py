@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     last = online[-1]
     results["cost"] = {
         "update_time_share": last["update_time_share"],
-        "buffer_mb_max": last["buffer_mb"],
+        "buffer_mb_max": last["buffer_peak_mb"],
         "updates": last["online_updates"],
     }
     if "offline-distilled" in runs:

@@ -208,7 +208,7 @@ class OnlineState:
             "queries": len(self.queries),
             "online_updates": self.updates,
             "update_time_share": self.update_time_s / self.serve_time_s if self.serve_time_s else 0.0,
-            "buffer_mb": self.max_buffer_bytes / 2**20,
+            "buffer_peak_mb": self.max_buffer_bytes / 2**20,
         }
         groups = {value for q in recent for value in q.groups.values()}
         for value in sorted(groups):
