@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     table = markdown_table(rows, list(rows[0]))
     table += (
         f"\n\nupdates: {last['online_updates']}, update time / serving time: {last['update_time_share']:.3f}, "
-        f"max buffer: {last['buffer_mb']:.2f} MB"
+        f"max buffer: {last['buffer_peak_mb']:.2f} MB"
     )
     if "offline_alpha" in results:
         table += (
