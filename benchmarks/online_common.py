@@ -49,7 +49,7 @@ def run_online(
     stream: list[dict],
     student: str | Path = DRAFT_PATH,
     update_interval: int = 1,
-    learning_rate: float = 3e-4,
+    learning_rate: float = 1e-4,
     max_new_tokens: int = 64,
     route_by: str | None = None,
     extra: Sequence[str] = (),

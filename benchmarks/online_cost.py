@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--domain", default=DOMAINS[0])
     parser.add_argument("--queries", type=int, default=64)
     parser.add_argument("--intervals", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--learning_rate", type=float, default=3e-4)
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--out", default="outputs/online_cost")
     args = parse(parser, argv)

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=320)
     parser.add_argument("--route_by", default="dataset")
     parser.add_argument("--update_interval", type=int, default=1)
-    parser.add_argument("--learning_rate", type=float, default=3e-4)
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--window", type=int, default=40, help="moving average (queries)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/online_routed")

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--per_domain", type=int, default=80, help="abrupt: queries per segment")
     parser.add_argument("--queries", type=int, default=320, help="drift/mix: stream length")
     parser.add_argument("--update_interval", type=int, default=1)
-    parser.add_argument("--learning_rate", type=float, default=3e-4)
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--window", type=int, default=20, help="queries per table cell and moving average")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/online_shift")

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--domain", default=DOMAINS[0])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--update_interval", type=int, default=8)
-    parser.add_argument("--learning_rate", type=float, default=3e-4)
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--window", type=int, default=25, help="moving-average window (queries)")
     parser.add_argument("--offline_draft", default="outputs/demo_distilled_draft")
     parser.add_argument("--out", default="outputs/online_single")

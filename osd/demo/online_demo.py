@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--tail", type=int, default=15, help="queries at the end of each segment compared in the table"
     )
     parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
-    parser.add_argument("--learning_rate", type=float, default=3e-4)
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--kl_method", default="forward")
     parser.add_argument("--gamma", type=int, default=5)
     parser.add_argument("--max_new_tokens", type=int, default=64)
