@@ -18,6 +18,7 @@ Columns (ms/token is total decode time / total generated tokens, prefill exclude
                (= 1 + accepted per full-length step; `osd.cost_model.alpha_from_tokens_per_step`)
   c            draft-only ms/token / target-only ms/token
   eq2          `osd.cost_model.speedup(alpha, gamma, c)`: Eq. 2, verification costs one target step
+  v            measured verification cost (below)
   eq2_v        Eq. 2 with the measured verification cost v = (verify ms per step) / (target ms per
                token); on a CPU v > 1 because a pass over gamma + 1 tokens costs more than one token
   same_out     fraction of queries whose speculative output equals the baseline's token for token
@@ -174,14 +175,14 @@ def summarize(lines: list[dict]) -> list[Row]:
 
 
 def format_table(rows: list[Row]) -> str:
-    header = "draft                dataset      n   g   base   spec speedup accept alpha     c   eq2 eq2_v same_out"
+    header = "draft                dataset      n   g   base   spec speedup accept alpha     c     v   eq2 eq2_v same_out"
     out = [header, "-" * len(header)]
     for r in rows:
         same = "-" if r.same_output is None else f"{r.same_output:.2f}"
         out.append(
             f"{r.draft[:20]:20s} {r.dataset[:10]:10s} {r.queries:3d} {r.gamma:3d} {r.base_ms_per_token:6.2f} "
             f"{r.spec_ms_per_token:6.2f} {r.speedup:7.2f} {r.acceptance:6.3f} {r.alpha:5.3f} {r.c:5.3f} "
-            f"{r.predicted:5.2f} {r.predicted_verify:5.2f} {same:>8s}"
+            f"{r.verify_cost:5.2f} {r.predicted:5.2f} {r.predicted_verify:5.2f} {same:>8s}"
         )
     out.append(
         "base/spec: ms/token; speedup measured; eq2 = Eq. 2 at (alpha, gamma, c); eq2_v adds the measured verify cost"
