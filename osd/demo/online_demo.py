@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), help="stream order of the domains")
-    parser.add_argument("--per_domain", type=int, default=50, help="queries per domain segment")
+    parser.add_argument("--per_domain", type=int, default=80, help="queries per domain segment")
     parser.add_argument(
-        "--tail", type=int, default=15, help="queries at the end of each segment compared in the table"
+        "--tail", type=int, default=20, help="queries at the end of each segment compared in the table"
     )
     parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
     parser.add_argument("--learning_rate", type=float, default=1e-4)
