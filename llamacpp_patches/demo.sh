@@ -2,6 +2,7 @@
 # Standard vs distilled draft with llama.cpp on the embedded demo pair (CPU by default).
 #   bash llamacpp_patches/demo.sh                                   # distilled: outputs/demo_distilled_draft
 #   bash llamacpp_patches/demo.sh path/to/distilled_draft           # any HF folder of a distilled draft
+#   bash llamacpp_patches/demo.sh outputs/online_demo/draft          # the draft after `python -m osd.demo.online_demo`
 #   LIMIT=5 N=64 GAMMA=3 TYPE=q8_0 bash llamacpp_patches/demo.sh
 # Builds llama-osd-stream if needed, converts the models to GGUF, serves LIMIT queries of every
 # data/local/*_eval.json with each draft, and prints the measured vs Eq. 2 table.
@@ -20,6 +21,7 @@ N="${N:-128}"
 GAMMA="${GAMMA:-5}"
 TYPE="${TYPE:-f16}"
 THREADS="${THREADS:-1}"
+CTX="${CTX:-512}"   # the demo pair's max_position_embeddings
 
 cd "$ROOT"
 [[ -x "$BIN" ]] || bash llamacpp_patches/build.sh
@@ -52,6 +54,6 @@ fi
 for D in "${DRAFTS[@]}"; do
     "$PYTHON" -m llamacpp_patches.run --target_gguf "$WORK/gguf/demo-teacher-$TYPE.gguf" \
         --draft_gguf "$WORK/gguf/demo-$D-$TYPE.gguf" --tokenizer_path "$TEACHER" --data_path "${DATA[@]}" \
-        --limit "$LIMIT" --max_new_tokens "$N" --gamma "$GAMMA" --threads "$THREADS" --out_dir "$OUT" --label "$D"
+        --limit "$LIMIT" --max_new_tokens "$N" --gamma "$GAMMA" --threads "$THREADS" --ctx_size "$CTX" --out_dir "$OUT" --label "$D"
 done
 "$PYTHON" -m llamacpp_patches.report "$OUT"/*.jsonl --json "$OUT/summary.json"
