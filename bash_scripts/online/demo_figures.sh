@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # Regenerate the online figures and tables on the embedded demo pair (CPU, no downloads), each
 # into outputs/online_*/{alpha.png,table.md,results.json}:
-#   Fig. 2 analogue (single domain: online vs Standard vs offline-distilled draft, and update cost),
-#   Fig. 3 analogue (abrupt shifts: dip and recovery), gradual drift, routed vs shared drafts.
+#   Fig. 2 analogue (single domain: online vs Standard vs an offline-distilled draft),
+#   Fig. 3 analogue (abrupt shifts: dip and recovery), gradual drift, routed vs shared drafts,
+#   and the cost of updates (time share, buffer memory). About 20 minutes on a busy 2-core CPU.
 #
 #   bash bash_scripts/online/demo_figures.sh
 #   SCALE=2 bash bash_scripts/online/demo_figures.sh    # streams twice as long
 set -euo pipefail
 
 SCALE=${SCALE:-1}
-OFFLINE_DRAFT=${OFFLINE_DRAFT:-outputs/demo_distilled_draft}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+PYTHON=${PYTHON:-python}
+OFFLINE_DRAFT=${OFFLINE_DRAFT:-outputs/online_offline_sql_draft}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # tiny models: more threads only wait for each other
 
-python -m benchmarks.online_single --domain sql --queries $((120 * SCALE)) --update_interval 8 \
+if [ ! -f "$OFFLINE_DRAFT/config.json" ]; then  # the offline baseline: 60 on-policy distillation steps on sql
+    DOMAIN=sql MAX_STEPS=60 PYTHON="$PYTHON" bash bash_scripts/demo/offline.sh "$OFFLINE_DRAFT" student forward
+fi
+"$PYTHON" -m benchmarks.online_single --domain sql --queries $((160 * SCALE)) --update_interval 8 \
     --offline_draft "$OFFLINE_DRAFT" --out outputs/online_single
-python -m benchmarks.online_shift --kind abrupt --per_domain $((50 * SCALE)) --out outputs/online_shift
-python -m benchmarks.online_shift --kind drift --domains sql math --queries $((160 * SCALE)) --out outputs/online_drift
-python -m benchmarks.online_routed --queries $((200 * SCALE)) --out outputs/online_routed
-python -m benchmarks.online_cost --domain sql --queries $((48 * SCALE)) --out outputs/online_cost
+"$PYTHON" -m benchmarks.online_shift --kind abrupt --per_domain $((80 * SCALE)) --out outputs/online_shift
+"$PYTHON" -m benchmarks.online_shift --kind drift --domains sql code --queries $((200 * SCALE)) --out outputs/online_drift
+"$PYTHON" -m benchmarks.online_routed --queries $((240 * SCALE)) --out outputs/online_routed
+"$PYTHON" -m benchmarks.online_cost --domain sql --queries $((48 * SCALE)) --out outputs/online_cost
