@@ -153,7 +153,7 @@ class RoutingArguments:
 
 def main(argv: list[str] | None = None) -> None:
     """Online distillation with one draft per --route_by value, every draft starting from --student_model_path."""
-    from osd.train import check_vocabularies, load_model, load_tokenizer
+    from osd.train import load_model, load_tokenizer
 
     parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments, RoutingArguments))
     model_args, data_args, args, routing = parser.parse_args_into_dataclasses(args=argv)
@@ -170,7 +170,6 @@ def main(argv: list[str] | None = None) -> None:
         model_args.cache_dir,
         model_args.teacher_device_map,
     )
-    check_vocabularies(student, teacher, tokenizer)
     is_enc_dec = bool(student.config.is_encoder_decoder)
     stream = ConversationDataset(data_args.data_path, tokenizer, data_args.model_max_length, is_enc_dec)
     values = [record_groups(r).get(routing.route_by) for r in stream.records]
