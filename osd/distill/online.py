@@ -268,6 +268,12 @@ class OnlineDistillTrainer(DistillTrainer):
                 "which the target's verification produced",
                 a.sample_source,
             )
+        if a.max_steps <= 0 and a.num_train_epochs != 1:
+            logger.warning(
+                "online mode serves the stream %s times (--num_train_epochs %s); pass --num_train_epochs 1 to serve it once",
+                a.num_train_epochs,
+                a.num_train_epochs,
+            )
         self.buffer_dtype = buffer_dtype
         self.online = OnlineState()
         self.buffers: dict[str, list[BufferedQuery]] = {}

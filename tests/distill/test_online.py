@@ -327,3 +327,20 @@ def test_static_run_serves_without_buffering(tmp_path):
     assert trainer.online.max_buffer_bytes == 0 and not any(trainer.buffers.values())
     assert [e["queries"] for e in online_entries(tmp_path / "run")] == [1, 2, 3]
     assert all(torch.equal(v, draft.state_dict()[k]) for k, v in before.items())
+
+
+def test_routing_cli_runs_one_draft_per_field_value(tmp_path):
+    from osd.distill.routing import main
+
+    draft, target = make_pair()
+    tokenizer = make_tokenizer()
+    for name, model in (("draft", draft), ("teacher", target)):
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    stream = write_stream(tmp_path / "stream.json", 4, datasets=("a", "b"))
+    main(["--student_model_path", str(tmp_path / "draft"), "--teacher_model_path", str(tmp_path / "teacher"),
+          "--data_path", stream, "--output_dir", str(tmp_path / "run"), "--route_by", "dataset",
+          "--per_device_train_batch_size", "1", "--num_train_epochs", "1", "--max_new_tokens", "8", "--max_propose_num", "3",
+          "--online_eval_interval", "1", "--report_to", "none", "--use_cpu", "True", "--save_strategy", "no"])  # fmt: skip
+    assert {p.name for p in (tmp_path / "run").iterdir() if (p / "config.json").exists()} == {"a", "b"}
+    assert [e["queries"] for e in online_entries(tmp_path / "run")] == [1, 2, 3, 4]
