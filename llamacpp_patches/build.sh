@@ -2,6 +2,8 @@
 # Fetch the pinned llama.cpp, add our llama-osd-stream example, build it (CPU; --cuda for CUDA).
 #   bash llamacpp_patches/build.sh            # CPU build in llamacpp_patches/work/llama.cpp/build
 #   bash llamacpp_patches/build.sh --cuda     # adds -DGGML_CUDA=ON
+#   bash llamacpp_patches/build.sh --no-amx   # a VM whose CPU flags show AMX but which traps AMX
+#                                             # instructions (SIGILL in tinygemm_kernel_amx on q8_0/q4_0)
 #   LLAMACPP_SRC=/path/to/llama.cpp bash llamacpp_patches/build.sh   # use your own checkout instead
 # The source is the llama.cpp tree vendored by the PyPI sdist of llama-cpp-python (only package
 # registries are reachable here); users with GitHub access may point LLAMACPP_SRC at a clone of the
@@ -16,7 +18,14 @@ SRC="${LLAMACPP_SRC:-$WORK/llama.cpp}"
 JOBS="${JOBS:-$(nproc)}"
 TARGETS="llama-osd-stream llama-quantize"
 CMAKE_FLAGS=(-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release)
-[[ "${1:-}" == "--cuda" ]] && CMAKE_FLAGS+=(-DGGML_CUDA=ON)
+for ARG in "$@"; do
+    case "$ARG" in
+        --cuda) CMAKE_FLAGS+=(-DGGML_CUDA=ON) ;;
+        --no-amx) CMAKE_FLAGS+=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+                               "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16") ;;
+        *) echo "unknown flag $ARG (expected --cuda, --no-amx)" >&2; exit 2 ;;
+    esac
+done
 
 if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
     mkdir -p "$WORK"
