@@ -64,7 +64,7 @@ class BuildConfig:
     seed: int = field(default=0, metadata={"help": "Seed for initialisation and batch order."})
     vocab_size: int = field(default=3072, metadata={"help": "SentencePiece vocabulary size."})
     teacher_layers: int = field(
-        default=12, metadata={"help": "Teacher depth (depth drives step time on CPU)."}
+        default=20, metadata={"help": "Teacher depth (depth drives step time on CPU)."}
     )
     teacher_hidden: int = field(default=128, metadata={"help": "Teacher hidden size."})
     teacher_ffn: int = field(default=512, metadata={"help": "Teacher MLP size."})

@@ -6,7 +6,7 @@ decoding of the same prompts (the same engine-free cached loop the target would 
 plus the theoretical speedup of Eq. 2 from alpha and the measured c.
 
 Usage:
-    python -m osd.demo.standard                                 # ~2-3 min on 2 CPU cores
+    python -m osd.demo.standard                                 # ~2 min on 2 CPU cores
     python -m osd.demo.standard --prompts_per_domain 40 --gamma 3
     python -m osd.demo.standard --draft outputs/demo_distilled_draft --domains math
 """
@@ -39,7 +39,7 @@ class StandardConfig:
     domains: list[str] = field(
         default_factory=lambda: list(DOMAINS), metadata={"help": "Workload domains to run."}
     )
-    prompts_per_domain: int = field(default=12, metadata={"help": "Eval prompts per domain (0 = all)."})
+    prompts_per_domain: int = field(default=40, metadata={"help": "Eval prompts per domain (0 = all)."})
     gamma: int = field(default=5, metadata={"help": "Draft tokens proposed per step (--max_propose_num)."})
     temperature: float = field(
         default=0.0, metadata={"help": "0 = greedy; > 0 samples (exact rejection sampling)."}
@@ -47,7 +47,8 @@ class StandardConfig:
     max_new_tokens: int = field(default=96, metadata={"help": "Generation budget per prompt."})
     seed: int = field(default=0, metadata={"help": "Seed for sampling (temperature > 0)."})
     num_threads: int = field(
-        default=1, metadata={"help": "torch threads; 1 is fastest for these tiny models (0 = torch's default)."}
+        default=1,
+        metadata={"help": "torch threads; 1 is fastest for these tiny models (0 = torch's default)."},
     )
 
 
@@ -109,6 +110,17 @@ def main() -> None:
         print(f"{domain:9s}{len(spec_outputs[domain]):8d}{stats.alpha:8.3f}{stats.mean_accepted_length:9.2f}"
               f"{stats.tokens_per_s:10.1f}{ar_rate:10.1f}{stats.tokens_per_s / ar_rate:8.2f}x"
               f"{speedup(min(stats.alpha, 0.999), cfg.gamma, c):6.2f}x")  # fmt: skip
+    total = AcceptanceStats.from_outputs([o for outs in spec_outputs.values() for o in outs])
+    other = total.wall_time_s - total.draft_time_s - total.target_time_s
+    print(
+        f"SD wall time {total.wall_time_s:.1f} s = draft {total.draft_time_s:.1f} s + target "
+        f"{total.target_time_s:.1f} s + engine bookkeeping {other:.1f} s"
+    )
+    ar_token_s = sum(s for s, _ in baseline.values()) / sum(n for _, n in baseline.values())
+    print(
+        f"effective c inside the engine (draft seconds per drafted token, ~gamma per step, / target-only seconds "
+        f"per token): {total.draft_time_s / (cfg.gamma * total.num_steps) / ar_token_s:.3f}"
+    )
     if cfg.temperature == 0:
         print(
             f"greedy outputs identical to target-only decoding: {len(jobs) - mismatches}/{len(jobs)} prompts"
