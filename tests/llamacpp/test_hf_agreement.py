@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -20,8 +21,11 @@ NEAR_TIE = 1e-2  # logit gap below which float rounding (llama.cpp kernels vs to
 def test_target_only_output_equals_hf_greedy_up_to_near_ties(name):
     meta = json.loads(recorded_paths(name)["meta.json"].read_text())
     path = ROOT / meta["hf_target"]
-    if not (path / "config.json").exists():
+    weights = path / "model.safetensors"
+    if not weights.exists():
         pytest.skip(f"{path} is not in this checkout")
+    if hashlib.sha256(weights.read_bytes()).hexdigest() != meta["hf_target_sha256"]:
+        pytest.skip(f"{weights} is not the model recorded in {name}_meta.json; re-record the fixture")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     lines = load_lines(recorded_paths(name)["stream.jsonl"])
     target = next(x["model"] for x in lines if x["mode"] == "speculative")
