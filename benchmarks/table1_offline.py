@@ -18,6 +18,7 @@ Usage:
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -138,12 +139,20 @@ def distil_and_measure(trainer: DistillTrainer) -> dict:
     }
 
 
-def markdown(args: Table1Args, num_eval: int, standard: dict, rows: list[dict]) -> str:
+def weights_digest(path: str) -> str | None:
+    """Short sha256 of a local model's weights: which pair the table was measured on."""
+    weights = Path(path) / "model.safetensors"
+    return hashlib.sha256(weights.read_bytes()).hexdigest()[:12] if weights.exists() else None
+
+
+def markdown(args: Table1Args, num_eval: int, digests: dict, standard: dict, rows: list[dict]) -> str:
     alpha = {(r["sample_source"], r["kl_method"]): r["alpha"] for r in rows}
     lines = [
         f"Offline distillation on the `{args.domain}` domain: eval alpha (greedy, gamma={args.max_propose_num}, "
         f"{num_eval} eval queries, {args.max_new_tokens} new tokens), "
         f"{args.max_steps} steps x {args.batch_size} prompts, lr {args.learning_rate}.",
+        f"Draft {args.draft_path} (weights sha256 {digests['draft_sha256']}), "
+        f"teacher {args.teacher_path} ({digests['teacher_sha256']}).",
         "",
         f"Standard (undistilled draft): alpha = {standard['alpha']:.3f}, "
         f"accepted length = {standard['accepted_length']:.2f}",
@@ -177,6 +186,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     draft = AutoModelForCausalLM.from_pretrained(args.draft_path, dtype=torch.float32).eval()
     teacher = AutoModelForCausalLM.from_pretrained(args.teacher_path, dtype=torch.float32).eval()
 
+    digests = {
+        "draft_sha256": weights_digest(args.draft_path),
+        "teacher_sha256": weights_digest(args.teacher_path),
+    }
     start = time.time()
     train_path = teacher_answers(args, teacher, tokenizer, work)
     print(f"teacher answers: {train_path} ({time.time() - start:.0f} s)", flush=True)
@@ -194,9 +207,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for kl in KL_METHODS:
             rows.append(distil_and_measure(make_trainer(args, source, kl, *models)))
             print(json.dumps(rows[-1]), flush=True)
-    table = markdown(args, len(evalset), standard, rows)
+    table = markdown(args, len(evalset), digests, standard, rows)
     (out / f"table1_offline_{args.domain}.md").write_text(table)
-    result = {"args": asdict(args), "standard": standard, "runs": rows, "wall_s": round(time.time() - start)}
+    result = {
+        "args": asdict(args),
+        **digests,
+        "standard": standard,
+        "runs": rows,
+        "wall_s": round(time.time() - start),
+    }
     (out / f"table1_offline_{args.domain}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table)
     return rows
