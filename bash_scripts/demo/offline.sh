@@ -8,8 +8,10 @@
 #   REPORT_TO=wandb bash bash_scripts/demo/offline.sh runs/demo teacher forward   # offline wandb without a key
 #
 # Arguments: {savepath} {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
-# The "teacher" source generates the teacher's answers on the fly unless DATA has them
-# (python data/generate_answer.py --filename data/local/sql_train.json --model osd/demo/models/teacher).
+# The "teacher" source trains on DATA's assistant turns; data/local holds the workload's reference
+# answers, so for the teacher's own answers (as the paper) write them first and point DATA at them:
+#   python data/generate_answer.py --filename data/local/sql_train.json --model osd/demo/models/teacher
+# (benchmarks/table1_offline.py does this itself).
 set -euo pipefail
 
 USAGE="usage: bash bash_scripts/demo/offline.sh {savepath} {sample_source} {kl_method}"
