@@ -15,7 +15,7 @@ Outputs: `{out_dir}/{teacher,draft}/` (config, safetensors, tokenizer) and
 `{out_dir}/build_metrics.json` (parameters, training tokens, losses, teacher samples).
 
 Usage:
-    python -m osd.demo.build_models                                  # osd/demo/models/, ~1 h on 2 cores
+    python -m osd.demo.build_models                                  # osd/demo/models/, ~35 min on 2 shared cores
     python -m osd.demo.build_models --out_dir /tmp/demo_quick --teacher_steps 20 --draft_steps 10
 """
 
