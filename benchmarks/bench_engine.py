@@ -47,6 +47,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--num_prompts", type=int, default=8, help="prompts per data file")
     ap.add_argument("--gamma", type=int, default=5)
     ap.add_argument("--max_new_tokens", type=int, default=64)
+    ap.add_argument(
+        "--ignore_eos",
+        action="store_true",
+        help="always generate max_new_tokens (fixed-length timing, as speed benchmarks usually do)",
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
@@ -78,7 +83,7 @@ def forward_time(model, length: int, context: int, repeats: int = 20) -> float:
 
 
 @torch.inference_mode()
-def timed_generate(model, prompts, max_new_tokens, eos, **kwargs) -> tuple[int, float]:
+def timed_generate(model, prompts, max_new_tokens, eos, pad, **kwargs) -> tuple[int, float]:
     """(generated tokens, seconds) of HF greedy generate over the prompts."""
     tokens, seconds = 0, 0.0
     for ids in prompts:
@@ -112,14 +117,16 @@ def main() -> None:
         for path in args.data
         for r in load_conversations(path)[: args.num_prompts]
     ]
-    eos = tok.eos_token_id
-    timed_generate(target, prompts[:1], 8, eos)  # warm-up
+    eos = None if args.ignore_eos else tok.eos_token_id
+    timed_generate(target, prompts[:1], 8, eos, tok.pad_token_id)  # warm-up
 
-    base_tokens, base_s = timed_generate(target, prompts, args.max_new_tokens, eos)
+    base_tokens, base_s = timed_generate(target, prompts, args.max_new_tokens, eos, tok.pad_token_id)
     draft.generation_config.num_assistant_tokens = args.gamma
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.assistant_confidence_threshold = 0.0
-    hf_tokens, hf_s = timed_generate(target, prompts, args.max_new_tokens, eos, assistant_model=draft)
+    hf_tokens, hf_s = timed_generate(
+        target, prompts, args.max_new_tokens, eos, tok.pad_token_id, assistant_model=draft
+    )
 
     decoder = SpeculativeDecoder(draft, target, gamma=args.gamma)
     outputs = [decoder.generate(ids, max_new_tokens=args.max_new_tokens, eos_token_id=eos) for ids in prompts]
