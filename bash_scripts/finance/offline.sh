@@ -9,34 +9,13 @@
 #       bash bash_scripts/finance/offline.sh runs/x mix_token jsd
 #
 # Arguments: {savepath} {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
+# Runs bash_scripts/common/offline.sh, which holds the other defaults and overrides.
 # Extra flags for osd.train can be appended through EXTRA_ARGS, e.g. EXTRA_ARGS="--max_steps 10".
 set -euo pipefail
 
-USAGE="usage: bash bash_scripts/finance/offline.sh {savepath} {sample_source} {kl_method}"
-SAVEPATH=${1:?$USAGE}
-SAMPLE_SOURCE=${2:?$USAGE}
-KL_METHOD=${3:?$USAGE}
-STUDENT=${STUDENT:-JackFram/llama-160m}
-TEACHER=${TEACHER:-lmsys/vicuna-7b-v1.3}
-DATA=${DATA:-data/raw_data/gbharti_finance-alpaca_train_with_answer.json}
-EVAL_DATA=${EVAL_DATA:-data/raw_data/gbharti_finance-alpaca_eval.json}
-EPOCHS=${EPOCHS:-2}
-BATCH_SIZE=${BATCH_SIZE:-32}
-GRAD_ACC=${GRAD_ACC:-4}
-LR=${LR:-2e-5}
-MAX_LENGTH=${MAX_LENGTH:-256}
-SAVE_STEPS=${SAVE_STEPS:-50}
-PRECISION=${PRECISION-"--bf16 True --tf32 True"}  # PRECISION= (empty) for CPU or fp32
-REPORT_TO=${REPORT_TO:-wandb}
-EXTRA_ARGS=${EXTRA_ARGS:-}
+export OSD_SCRIPT=bash_scripts/finance/offline.sh  # named in the runner's usage message
+export DATA=${DATA:-data/raw_data/gbharti_finance-alpaca_train_with_answer.json}
+export EVAL_DATA=${EVAL_DATA:-data/raw_data/gbharti_finance-alpaca_eval.json}
+export MAX_LENGTH=${MAX_LENGTH:-256}
 
-python -m osd.train \
-    --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" \
-    --data_path "$DATA" --eval_data_path "$EVAL_DATA" \
-    --mode offline --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
-    --output_dir "$SAVEPATH" --num_train_epochs "$EPOCHS" \
-    --per_device_train_batch_size "$BATCH_SIZE" --gradient_accumulation_steps "$GRAD_ACC" \
-    --eval_strategy epoch --save_strategy steps --save_steps "$SAVE_STEPS" --save_total_limit 3 \
-    --learning_rate "$LR" --lr_scheduler_type cosine --warmup_steps 0.03 --weight_decay 0 \
-    --activation_checkpointing True --model_max_length "$MAX_LENGTH" --logging_steps 1 \
-    $PRECISION --report_to "$REPORT_TO" $EXTRA_ARGS
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/offline.sh" "$@"

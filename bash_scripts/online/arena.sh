@@ -6,24 +6,11 @@
 #   bash bash_scripts/online/arena.sh runs/arena {file}
 #   UPDATE_INTERVAL=1000000000 bash bash_scripts/online/arena.sh runs/arena_static {file}   # static draft: alpha only
 #   STUDENT=... TEACHER=... DATA=... bash bash_scripts/online/arena.sh runs/x {file}
+# Runs bash_scripts/common/stream.sh, which holds the other defaults and overrides.
 set -euo pipefail
 
-SAVEPATH=${1:?usage: bash bash_scripts/online/arena.sh {savepath} {file}}
-FILE=${2:?usage: bash bash_scripts/online/arena.sh {savepath} {file}}
-DATA=${DATA:-data/arena/${FILE}.json}
-STUDENT=${STUDENT:-JackFram/llama-160m}
-TEACHER=${TEACHER:-lmsys/vicuna-7b-v1.3}
-KL_METHOD=${KL_METHOD:-forward}
-UPDATE_INTERVAL=${UPDATE_INTERVAL:-1}
-LR=${LR:-1e-5}
-PRECISION=${PRECISION:---bf16 True --tf32 True}
-REPORT_TO=${REPORT_TO:-wandb}
+export OSD_USAGE="usage: bash bash_scripts/online/arena.sh {savepath} {file}"
+FILE=${2:?$OSD_USAGE}
+export DATA=${DATA:-data/arena/${FILE}.json}
 
-python -m osd.train \
-    --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$DATA" \
-    --mode online --kl_method "$KL_METHOD" --max_propose_num 5 \
-    --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \
-    --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
-    --learning_rate "$LR" --lr_scheduler_type constant --max_grad_norm 0 \
-    --model_max_length 512 --save_strategy steps --save_steps 500 --logging_steps 50 \
-    $PRECISION --report_to "$REPORT_TO"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/stream.sh" osd.train "$1"

@@ -7,24 +7,10 @@
 #   STUDENT=path/to/draft TEACHER=path/to/target DATA=my_stream.json bash bash_scripts/spider/online.sh runs/x teacher jsd
 #
 # Arguments: {savepath} [sample_source (ignored online: the served tokens are the target's)] [kl_method]
+# Runs bash_scripts/common/online.sh, which holds the other defaults and overrides.
 set -euo pipefail
 
-SAVEPATH=${1:?usage: bash bash_scripts/spider/online.sh {savepath} [sample_source] [kl_method]}
-SAMPLE_SOURCE=${2:-teacher}
-KL_METHOD=${3:-forward}
-STUDENT=${STUDENT:-JackFram/llama-160m}
-TEACHER=${TEACHER:-lmsys/vicuna-7b-v1.3}
-DATA=${DATA:-data/raw_data/spider_train.json}
-UPDATE_INTERVAL=${UPDATE_INTERVAL:-8}
-LR=${LR:-1e-4}
-PRECISION=${PRECISION:---bf16 True --tf32 True}
-REPORT_TO=${REPORT_TO:-wandb}
+export OSD_SCRIPT=bash_scripts/spider/online.sh  # named in the runner's usage message
+export DATA=${DATA:-data/raw_data/spider_train.json}
 
-python -m osd.train \
-    --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$DATA" \
-    --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
-    --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \
-    --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
-    --learning_rate "$LR" --lr_scheduler_type constant --weight_decay 0 --max_grad_norm 0 \
-    --model_max_length 512 --save_strategy steps --save_steps 500 --logging_steps 50 \
-    $PRECISION --report_to "$REPORT_TO"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/online.sh" "$@"

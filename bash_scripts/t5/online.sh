@@ -8,8 +8,9 @@
 # Arguments: {savepath} {dataset: data/raw_data/{dataset}_train.json} [sample_source (ignored online)] [kl_method]
 set -euo pipefail
 
-SAVEPATH=${1:?usage: bash bash_scripts/t5/online.sh {savepath} {dataset} [sample_source] [kl_method]}
-DATASET=${2:?usage: bash bash_scripts/t5/online.sh {savepath} {dataset} [sample_source] [kl_method]}
+USAGE="usage: bash bash_scripts/t5/online.sh {savepath} {dataset} [sample_source] [kl_method]"
+SAVEPATH=${1:?$USAGE}
+DATASET=${2:?$USAGE}
 SAMPLE_SOURCE=${3:-teacher}
 KL_METHOD=${4:-forward}
 STUDENT=${STUDENT:-google/t5-efficient-small}
