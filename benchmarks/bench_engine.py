@@ -95,7 +95,9 @@ def timed_generate(model, prompts, max_new_tokens, eos, pad, **kwargs) -> tuple[
             max_new_tokens=max_new_tokens,
             do_sample=False,
             eos_token_id=eos,
-            pad_token_id=eos,
+            pad_token_id=pad,
+            # without an EOS, force the full length (generation_config's own EOS would still stop it)
+            min_new_tokens=max_new_tokens if eos is None else 0,
             **kwargs,
         )
         sync(model.device)
@@ -154,6 +156,12 @@ def main() -> None:
         "gamma": args.gamma,
         "max_new_tokens": args.max_new_tokens,
         "num_prompts": len(prompts),
+        "ignore_eos": args.ignore_eos,
+        "generated_tokens": {
+            "target_only": base_tokens,
+            "hf_assisted": hf_tokens,
+            "osd_spec": stats.num_generated,
+        },
         "c": c,
         "verify_cost": verify_cost,
         "rows": [
@@ -167,7 +175,8 @@ def main() -> None:
         "osd_over_hf_assisted": stats.tokens_per_s / (hf_tokens / hf_s),
     }
     print(
-        f"{len(prompts)} prompts, gamma {args.gamma}, max_new_tokens {args.max_new_tokens}, {device} {args.dtype}, "
+        f"{len(prompts)} prompts, generated tokens {base_tokens}/{hf_tokens}/{stats.num_generated} "
+        f"(target only / HF assisted / osd.spec), gamma {args.gamma}, max_new_tokens {args.max_new_tokens}, {device} {args.dtype}, "
         f"{torch.get_num_threads()} threads; c = {c:.3f}, verify_cost = {verify_cost:.2f}"
     )
     print(f"{'method':28s} {'tokens/s':>9s} {'alpha':>6s} {'acc.len':>7s} {'speedup':>7s}")

@@ -10,7 +10,8 @@
 # Arguments: {savepath} [sample_source (ignored online)] [kl_method]
 set -euo pipefail
 
-SAVEPATH=${1:?usage: bash bash_scripts/demo/online.sh {savepath} [sample_source] [kl_method]}
+USAGE="usage: bash bash_scripts/demo/online.sh {savepath} [sample_source] [kl_method]"
+SAVEPATH=${1:?$USAGE}  # (a literal "}" inside ${...} would end the expansion early)
 SAMPLE_SOURCE=${2:-teacher}
 KL_METHOD=${3:-forward}
 PER_DOMAIN=${PER_DOMAIN:-60}
