@@ -63,6 +63,21 @@ def load_tokenizer(path: str, cache_dir: str | None) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def load_models(
+    model_args: ModelArguments,
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, PreTrainedModel]:
+    """(tokenizer, student, teacher) named by the model flags; the tokenizer is the teacher's."""
+    tokenizer = load_tokenizer(model_args.teacher_model_path, model_args.cache_dir)
+    student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
+    teacher = load_model(
+        model_args.teacher_model_path,
+        model_args.teacher_dtype,
+        model_args.cache_dir,
+        model_args.teacher_device_map,
+    )
+    return tokenizer, student, teacher
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
@@ -73,14 +88,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     setup_wandb(training_args.report_to)
 
-    tokenizer = load_tokenizer(model_args.teacher_model_path, model_args.cache_dir)
-    student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
-    teacher = load_model(
-        model_args.teacher_model_path,
-        model_args.teacher_dtype,
-        model_args.cache_dir,
-        model_args.teacher_device_map,
-    )
+    tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
     max_ctx = getattr(student.config, "max_position_embeddings", None)
     if max_ctx is not None and data_args.model_max_length > max_ctx:

@@ -153,7 +153,7 @@ class RoutingArguments:
 
 def main(argv: list[str] | None = None) -> None:
     """Online distillation with one draft per --route_by value, every draft starting from --student_model_path."""
-    from osd.train import load_model, load_tokenizer
+    from osd.train import load_models
 
     parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments, RoutingArguments))
     model_args, data_args, args, routing = parser.parse_args_into_dataclasses(args=argv)
@@ -162,14 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     setup_wandb(args.report_to)
     args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
-    tokenizer = load_tokenizer(model_args.teacher_model_path, model_args.cache_dir)
-    student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
-    teacher = load_model(
-        model_args.teacher_model_path,
-        model_args.teacher_dtype,
-        model_args.cache_dir,
-        model_args.teacher_device_map,
-    )
+    tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
     stream = ConversationDataset(data_args.data_path, tokenizer, data_args.model_max_length, is_enc_dec)
     values = [record_groups(r).get(routing.route_by) for r in stream.records]
