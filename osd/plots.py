@@ -119,7 +119,7 @@ def plot_alpha(
     ax.set_ylabel(f"alpha (moving average over {window:g} queries)")
     ax.set_title(title, pad=14 if bands else 6)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
