@@ -59,6 +59,7 @@ from osd.conversations import GROUP_FIELDS
 from osd.distill.losses import Divergence
 from osd.distill.trainer import DistillTrainer
 from osd.spec import SpecOutput, SpeculativeDecoder
+from osd.spec.decoder import accepts_logits_to_keep
 
 logger = logging.getLogger(__name__)
 
@@ -118,10 +119,13 @@ def student_logits_at(model: PreTrainedModel, query: BufferedQuery) -> torch.Ten
         encoder_in = query.input_ids[None].to(device)
         logits = model(input_ids=encoder_in, decoder_input_ids=decoder_in, use_cache=False).logits[0]
         return logits[query.positions.to(device)]
-    prompt_len = query.input_ids.shape[0]
-    seq = torch.cat([query.input_ids.to(device), generated])[None, :-1]  # [1, T + N - 1]
-    logits = model(input_ids=seq, use_cache=False).logits[0]  # [T + N - 1, V']: row j predicts S[j + 1]
-    return logits[prompt_len - 1 + query.positions.to(device)]
+    seq = torch.cat([query.input_ids.to(device), generated])[
+        None, :-1
+    ]  # [1, T + N - 1]: row j predicts S[j + 1]
+    rows = query.input_ids.shape[0] - 1 + query.positions.to(device)  # [W]
+    if accepts_logits_to_keep(model):  # the LM head only where the loss counts: the update's largest cost
+        return model(input_ids=seq, use_cache=False, logits_to_keep=rows).logits[0]
+    return model(input_ids=seq, use_cache=False).logits[0, rows]
 
 
 def distillation_loss(

@@ -56,6 +56,11 @@ class SpecOutput:
         return sum(self.accepted_lengths) / steps if steps else float("nan")
 
 
+def accepts_logits_to_keep(model: PreTrainedModel) -> bool:
+    """Whether `model.forward` can apply the LM head at chosen positions only (most HF causal LMs)."""
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
 @dataclass
 class _CachedModel:
     """A model with its KV cache over the committed sequence; encoder run once for seq2seq models."""
@@ -72,7 +77,7 @@ class _CachedModel:
             self.encoder_outputs = self.model.get_encoder()(input_ids=self.encoder_input_ids.to(self.device))
         else:
             self.cache = DynamicCache()
-        self.keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self.keeps_logits = accepts_logits_to_keep(self.model)
 
     @property
     def device(self) -> torch.device:
