@@ -23,10 +23,11 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
+from osd.demo.step_cost import step_time, synchronize
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
@@ -59,35 +60,12 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
-def forward_time(model, length: int, context: int, repeats: int = 20) -> float:
-    """Median seconds of one cached forward of `length` tokens after `context` cached tokens."""
-    device = model.device
-    ctx = torch.randint(3, 100, (1, context), device=device)
-    new = torch.randint(3, 100, (1, length), device=device)
-    times = []
-    for _ in range(repeats):
-        cache = DynamicCache()
-        model(ctx, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        sync(device)
-        t = time.perf_counter()
-        model(new, past_key_values=cache, use_cache=True, logits_to_keep=length)
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 @torch.inference_mode()
 def timed_generate(model, prompts, max_new_tokens, eos, pad, **kwargs) -> tuple[int, float]:
     """(generated tokens, seconds) of HF greedy generate over the prompts."""
     tokens, seconds = 0, 0.0
     for ids in prompts:
-        sync(model.device)
+        synchronize(model.device)
         t = time.perf_counter()
         out = model.generate(
             ids,
@@ -100,7 +78,7 @@ def timed_generate(model, prompts, max_new_tokens, eos, pad, **kwargs) -> tuple[
             min_new_tokens=max_new_tokens if eos is None else 0,
             **kwargs,
         )
-        sync(model.device)
+        synchronize(model.device)
         seconds += time.perf_counter() - t
         tokens += out.shape[1] - ids.shape[1]
     return tokens, seconds
@@ -135,9 +113,9 @@ def main() -> None:
     stats = AcceptanceStats.from_outputs(outputs)
 
     context = int(statistics.median(p.shape[1] for p in prompts)) + args.max_new_tokens // 2
-    target_step = forward_time(target, 1, context)
-    c = forward_time(draft, 1, context) / target_step
-    verify_cost = forward_time(target, args.gamma + 1, context) / target_step
+    target_step = step_time(target, context)
+    c = step_time(draft, context) / target_step
+    verify_cost = step_time(target, context, length=args.gamma + 1) / target_step
     base_tps = base_tokens / base_s
     measured = stats.tokens_per_s / base_tps
     predicted = speedup(stats.alpha, args.gamma, c)

@@ -20,20 +20,32 @@ import torch
 from transformers import PreTrainedModel
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for queued CUDA work, so that wall-clock timings are honest (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @torch.inference_mode()
-def step_time(model: PreTrainedModel, context: int = 64, reps: int = 30, rounds: int = 5) -> float:
-    """Seconds for one cached single-token forward after `context` tokens."""
-    ids = torch.randint(4, model.config.vocab_size, (1, context))  # [1, T]
-    cache = model(ids, use_cache=True).past_key_values
-    token = ids[:, -1:]  # [1, 1]
+def step_time(
+    model: PreTrainedModel, context: int = 64, length: int = 1, reps: int = 30, rounds: int = 5
+) -> float:
+    """Seconds for one cached forward of `length` new tokens after `context` tokens
+    (length 1: a decode step; length gamma + 1: a verification pass)."""
+    device = model.device
+    ids = torch.randint(4, model.config.vocab_size, (1, context + length), device=device)  # [1, T + L]
+    cache = model(ids[:, :context], use_cache=True).past_key_values
+    new = ids[:, context:]  # [1, L]
     best = float("inf")
     for _ in range(rounds):
         times = []
         for _ in range(reps):
+            synchronize(device)
             start = time.perf_counter()
-            model(token, past_key_values=cache, use_cache=True)
+            model(new, past_key_values=cache, use_cache=True)
+            synchronize(device)
             times.append(time.perf_counter() - start)
-            cache.crop(-1)  # transformers 5: drop the token just appended, keep the context fixed
+            cache.crop(-length)  # transformers 5: drop the tokens just appended, keep the context fixed
         best = min(best, statistics.median(times))
     return best
 
