@@ -2,14 +2,16 @@
 
 Same prompts, same gamma, one process. Prints a table and writes JSON with tokens/s, alpha,
 mean accepted length, measured speedup over target-only decoding, the Eq. 2 prediction from the
-measured alpha and c, and measured / predicted.
+measured alpha and c, measured / predicted, and where `osd.spec` spends a step (draft forwards,
+verification, accept/reject, cache bookkeeping, the rest).
 
 c is the draft's decode-step time over the target's (single-token forwards with a KV cache);
 verify_cost is the target's (gamma + 1)-token forward over its single-token forward, for the
 variant of Eq. 2 that charges verification at its measured price.
 
 Usage:
-    python benchmarks/bench_engine.py                              # the demo pair, demo eval prompts
+    python benchmarks/bench_engine.py --threads 1                  # the demo pair (bf16), demo eval prompts
+    python benchmarks/bench_engine.py --threads 1 --draft outputs/online_demo/draft --draft_dtype bfloat16
     python benchmarks/bench_engine.py --target lmsys/vicuna-7b-v1.3 --draft JackFram/llama-160m \
         --data data/raw_data/spider_validation.json --num_prompts 20 --device cuda --dtype bfloat16
 """
@@ -27,17 +29,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
+from osd.demo import TARGET_PATH
 from osd.demo.step_cost import step_time, synchronize
+from osd.demo.target import ensure_target
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
 
+DTYPES = ["bfloat16", "float32", "float16"]
+
 
 def parse_args() -> argparse.Namespace:
-    from osd.demo import DRAFT_PATH, TEACHER_PATH, WORKLOAD_DIR
+    from osd.demo import DRAFT_PATH, WORKLOAD_DIR
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default=str(TEACHER_PATH), help="target model: hub name or path")
+    ap.add_argument("--target", default=str(TARGET_PATH), help="target model: hub name or path")
     ap.add_argument("--draft", default=str(DRAFT_PATH), help="draft model: hub name or path")
     ap.add_argument(
         "--data",
@@ -46,7 +52,7 @@ def parse_args() -> argparse.Namespace:
         help="conversation-JSON files whose user turns are the prompts",
     )
     ap.add_argument("--num_prompts", type=int, default=8, help="prompts per data file")
-    ap.add_argument("--gamma", type=int, default=5)
+    ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--max_new_tokens", type=int, default=64)
     ap.add_argument(
         "--ignore_eos",
@@ -54,7 +60,8 @@ def parse_args() -> argparse.Namespace:
         help="always generate max_new_tokens (fixed-length timing, as speed benchmarks usually do)",
     )
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="the target's dtype")
+    ap.add_argument("--draft_dtype", default="bfloat16", choices=DTYPES, help="the draft's dtype")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--output", default="benchmarks/results/engine.json")
     return ap.parse_args()
@@ -84,14 +91,33 @@ def timed_generate(model, prompts, max_new_tokens, eos, pad, **kwargs) -> tuple[
     return tokens, seconds
 
 
+def step_breakdown(stats: AcceptanceStats) -> dict[str, float]:
+    """Milliseconds per verification step: draft forwards, verification, accept/reject, caches, the rest
+    (prompt set-up and output assembly); they add up to the wall time."""
+    parts = {"draft": stats.draft_time_s, "verify": stats.target_time_s, "accept_reject": stats.accept_time_s,
+             "cache": stats.cache_time_s}  # fmt: skip
+    parts["other"] = stats.wall_time_s - sum(parts.values())
+    return {k: 1e3 * v / stats.num_steps for k, v in parts.items()} | {
+        "total": 1e3 * stats.wall_time_s / stats.num_steps
+    }
+
+
 def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    device = torch.device(args.device)
+    if Path(args.target) == TARGET_PATH:
+        ensure_target()
     tok = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(device).eval()
-    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).to(device).eval()
+    target = (
+        AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(device).eval()
+    )
+    draft = (
+        AutoModelForCausalLM.from_pretrained(args.draft, dtype=getattr(torch, args.draft_dtype))
+        .to(device)
+        .eval()
+    )
     prompts = [
         torch.tensor([encode_prompt(tok, user_query(r))], device=device)
         for path in args.data
@@ -130,6 +156,7 @@ def main() -> None:
         "draft": args.draft,
         "device": str(device),
         "dtype": args.dtype,
+        "draft_dtype": args.draft_dtype,
         "threads": torch.get_num_threads(),
         "gamma": args.gamma,
         "max_new_tokens": args.max_new_tokens,
@@ -151,10 +178,11 @@ def main() -> None:
         "eq2_measured_verify_predicted_speedup": predicted_verify,
         "measured_over_eq2_measured_verify": measured / predicted_verify,
         "osd_over_hf_assisted": stats.tokens_per_s / (hf_tokens / hf_s),
+        "step_breakdown_ms": step_breakdown(stats),
     }
     print(
         f"{len(prompts)} prompts, generated tokens {base_tokens}/{hf_tokens}/{stats.num_generated} "
-        f"(target only / HF assisted / osd.spec), gamma {args.gamma}, max_new_tokens {args.max_new_tokens}, {device} {args.dtype}, "
+        f"(target only / HF assisted / osd.spec), gamma {args.gamma}, max_new_tokens {args.max_new_tokens}, {device} {args.dtype}/{args.draft_dtype}, "
         f"{torch.get_num_threads()} threads; c = {c:.3f}, verify_cost = {verify_cost:.2f}"
     )
     print(f"{'method':28s} {'tokens/s':>9s} {'alpha':>6s} {'acc.len':>7s} {'speedup':>7s}")
@@ -166,6 +194,10 @@ def main() -> None:
         f"Eq. 2 predicted speedup {predicted:.2f} (measured/predicted {measured / predicted:.2f}); "
         f"with measured verify cost {predicted_verify:.2f} (measured/predicted {measured / predicted_verify:.2f}); "
         f"osd.spec / HF assisted = {result['osd_over_hf_assisted']:.2f}"
+    )
+    print(
+        "osd.spec per verification step, ms: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in result["step_breakdown_ms"].items())
     )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=1) + "\n")

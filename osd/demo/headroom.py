@@ -9,7 +9,7 @@
 The distilled draft (with the tokenizer) is saved to `{out_dir}`.
 
 Usage:
-    python -m osd.demo.headroom                                    # math, ~10 min on 2 cores
+    python -m osd.demo.headroom --num_train 100                    # math, the demo pair
     python -m osd.demo.headroom --domain sql --steps 200 --out_dir outputs/demo_distilled_draft_sql
 """
 
@@ -27,18 +27,18 @@ from tqdm.auto import tqdm
 from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, save_conversations, user_query
-from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TEACHER_PATH, load_demo_pair, workload_path
-from osd.demo.build_models import IGNORE, collate, lr_at, teacher_example
-from osd.demo.standard import target_only_greedy
+from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, load_demo_pair, workload_path
+from osd.demo.lm_training import IGNORE, chat_example, collate, lr_at
 from osd.prompting import encode_prompt
 from osd.spec import measure_acceptance
+from osd.spec.evaluate import target_only_greedy
 
 
 @dataclass
 class HeadroomConfig:
     domain: str = field(default="math", metadata={"help": f"Domain to distil on, one of {DOMAINS}."})
     draft: str = field(default=str(DRAFT_PATH), metadata={"help": "Draft to start from."})
-    target: str = field(default=str(TEACHER_PATH), metadata={"help": "Teacher (target) model."})
+    target: str = field(default=str(TARGET_PATH), metadata={"help": "Teacher (target) model."})
     out_dir: str = field(
         default=str(REPO_ROOT / "outputs" / "demo_distilled_draft"),
         metadata={"help": "Where the distilled draft goes."},
@@ -71,7 +71,7 @@ def main() -> None:
     (cfg,) = HfArgumentParser(HeadroomConfig).parse_args_into_dataclasses()
     torch.set_num_threads(1)  # fastest for these tiny models on a shared CPU
     out_dir = Path(cfg.out_dir)
-    draft, teacher, tok = load_demo_pair(cfg.draft, cfg.target)
+    draft, teacher, tok = load_demo_pair(cfg.draft, cfg.target, draft_dtype=torch.float32)  # trains: fp32 weights
     train = load_conversations(workload_path(cfg.domain, "train"))[: cfg.num_train]
     evals = load_conversations(workload_path(cfg.domain, "eval"))
     evals = evals[: cfg.num_eval] if cfg.num_eval else evals
@@ -95,7 +95,7 @@ def main() -> None:
         )
     save_conversations(distilled, out_dir / "teacher_outputs.json")
 
-    examples = [teacher_example(tok, r, 192) for r in distilled]
+    examples = [chat_example(tok, r, 192) for r in distilled]
     rng = random.Random(cfg.seed)
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     draft.train()
@@ -125,7 +125,8 @@ def main() -> None:
     alpha_after = alpha()
     draft.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    (out_dir / "tokenizer.model").write_bytes((Path(cfg.target) / "tokenizer.model").read_bytes())
+    if (Path(cfg.target) / "tokenizer.model").exists():  # a SentencePiece model, for llama.cpp's converter
+        (out_dir / "tokenizer.model").write_bytes((Path(cfg.target) / "tokenizer.model").read_bytes())
     result = {"domain": cfg.domain, "alpha_before": alpha_before, "alpha_after": alpha_after,
               "gain": alpha_after - alpha_before, "steps": cfg.steps, "num_train": len(train),
               "num_eval": len(evals), "train_seconds": train_seconds}  # fmt: skip

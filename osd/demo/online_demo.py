@@ -1,16 +1,20 @@
-"""Online speculative decoding on the embedded demo pair: the draft learns the stream it serves.
+"""Online speculative decoding on the embedded default: the draft learns the stream it serves.
 
     python -m osd.demo.online_demo                      # about 5 minutes on a 2-core CPU
     python -m osd.demo.online_demo --per_domain 150 --update_interval 8 --output_dir outputs/online_demo_long
 
 A stream of queries from the local workload shifts abruptly from one domain to the next
 (--per_domain queries each, in --domains order). Each query is served by speculative decoding
-with the demo draft and teacher (gamma = --gamma, greedy); every --update_interval queries the
-draft takes one distillation step on the tokens it got wrong (osd.distill.online, the same
-trainer as `python -m osd.train --mode online`). A progress bar shows alpha as it rises; at the
-end a table compares, per domain and on the same last --tail queries of its segment, Standard
-speculative decoding (the untouched draft) with the online draft, and a PNG plots alpha over the
-stream. Outputs: {output_dir}/alpha.png, summary.json, metrics.jsonl, the final draft.
+with the demo draft and the target, SmolLM2-135M-Instruct in bf16 (gamma = --gamma, greedy);
+every --update_interval queries the draft takes one distillation step on the tokens it got
+wrong (osd.distill.online, the same trainer as `python -m osd.train --mode online`). The draft
+trains in float32 and serves as a bf16 copy refreshed after each update. A progress bar shows
+alpha as it rises. At the end, on the last --tail queries of each domain segment, one table
+compares alpha of Standard speculative decoding (the untouched draft) with the online draft as
+it served them, and one compares latency: the target alone, Standard SD and the online draft
+(tokens/s and speedup; the online figures are the engine's times while serving the stream, the
+updates apart, whose share is printed too). A PNG plots alpha over the stream.
+Outputs: {output_dir}/alpha.png, summary.json, metrics.jsonl, the final draft.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -25,14 +30,18 @@ from tqdm.auto import tqdm
 from transformers import PrinterCallback, TrainerCallback
 
 from osd.conversations import save_conversations
-from osd.demo import DOMAINS, DRAFT_PATH, TEACHER_PATH, WORKLOAD_DIR
+from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
+from osd.demo.target import ensure_target
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
-from osd.distill.online import OnlineDistillTrainer
-from osd.plots import alpha_series, dataset_bands, plot_alpha
-from osd.spec import SpeculativeDecoder
+from osd.distill.online import OnlineDistillTrainer, QueryStats
+from osd.plots import alpha_series, dataset_bands, plot_alpha, read_log
+from osd.spec import AcceptanceStats, SpeculativeDecoder
+from osd.spec.evaluate import target_only_greedy
 from osd.streams import abrupt_stream
 from osd.train import load_model, load_tokenizer
+
+SERVING_DTYPES = ("bfloat16", "float32", "float16")
 
 
 class AlphaProgress(TrainerCallback):
@@ -56,21 +65,52 @@ class AlphaProgress(TrainerCallback):
         self.bar.close()
 
 
-def standard_alpha(
-    draft, teacher, prompts: list[list[int]], gamma: int, max_new_tokens: int, eos: int
-) -> float:
-    """Token-weighted alpha of `draft` on `prompts` (greedy)."""
-    decoder = SpeculativeDecoder(draft, teacher, gamma=gamma)
+@torch.inference_mode()
+def serve_tail(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new_tokens: int, eos: int) -> dict:
+    """Serve prompts with `decoder` and with the target alone; alpha and (tokens, seconds) of each."""
     outs = [
         decoder.generate(torch.tensor([p]), max_new_tokens=max_new_tokens, eos_token_id=eos) for p in prompts
     ]
-    return sum(o.alpha_sum for o in outs) / max(sum(o.num_proposed for o in outs), 1)
+    baseline_tokens, baseline_s = 0, 0.0
+    for p in prompts:
+        start = time.perf_counter()
+        baseline_tokens += len(target_only_greedy(decoder.target, torch.tensor([p]), max_new_tokens, eos))
+        baseline_s += time.perf_counter() - start
+    stats = AcceptanceStats.from_outputs(outs)
+    return {"alpha": stats.alpha, "sd_tokens": stats.num_generated, "sd_s": stats.wall_time_s,
+            "target_tokens": baseline_tokens, "target_s": baseline_s}  # fmt: skip
 
 
-def segment_alpha(entries: list[dict], start: int, end: int) -> float:
-    """Token-weighted alpha over queries start+1..end from the online log entries."""
-    picked = [e for e in entries if start < e["queries"] <= end and e["proposed"]]
-    return sum(e["alpha"] * e["proposed"] for e in picked) / max(sum(e["proposed"] for e in picked), 1)
+def segment_online(queries: list[QueryStats], start: int, end: int) -> dict:
+    """Token-weighted alpha and (tokens, seconds) of the online run over queries start+1..end."""
+    picked = queries[start:end]
+    proposed = sum(q.num_proposed for q in picked)
+    return {"alpha": sum(q.alpha_sum for q in picked) / max(proposed, 1),
+            "tokens": sum(q.num_generated for q in picked), "s": sum(q.wall_time_s for q in picked)}  # fmt: skip
+
+
+def print_tables(rows: list[dict], tail: int, gamma: int) -> None:
+    print(f"\nlast {tail} queries of each domain segment (greedy, gamma {gamma}):")
+    print(f"{'domain':<10} {'Standard alpha':>15} {'online alpha':>13}")
+    for r in rows:
+        print(f"{r['domain']:<10} {r['standard']['alpha']:>15.3f} {r['online']['alpha']:>13.3f}")
+    print("\nlatency on the same queries, tokens/s (speedup over the target alone):")
+    print(f"{'domain':<10} {'target only':>12} {'Standard SD':>18} {'online SD':>18}")
+    for r in rows + [_total(rows)]:
+        base = r["standard"]["target_tokens"] / r["standard"]["target_s"]
+        std = r["standard"]["sd_tokens"] / r["standard"]["sd_s"]
+        onl = r["online"]["tokens"] / r["online"]["s"]
+        print(
+            f"{r['domain']:<10} {base:>12.1f} {std:>10.1f} ({std / base:.2f}x) {onl:>10.1f} ({onl / base:.2f}x)"
+        )
+
+
+def _total(rows: list[dict]) -> dict:
+    def add(part: str, key: str) -> float:
+        return sum(r[part][key] for r in rows)
+
+    return {"domain": "all", "standard": {k: add("standard", k) for k in ("sd_tokens", "sd_s", "target_tokens", "target_s")},
+            "online": {k: add("online", k) for k in ("tokens", "s")}}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -78,22 +118,24 @@ def main(argv: list[str] | None = None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), help="stream order of the domains")
-    parser.add_argument("--per_domain", type=int, default=80, help="queries per domain segment")
+    parser.add_argument("--per_domain", type=int, default=16, help="queries per domain segment")
     parser.add_argument(
-        "--tail", type=int, default=20, help="queries at the end of each segment compared in the table"
+        "--tail", type=int, default=8, help="queries at the end of each segment compared in the tables"
     )
     parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--kl_method", default="forward")
-    parser.add_argument("--gamma", type=int, default=5)
+    parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--max_new_tokens", type=int, default=64)
-    parser.add_argument("--output_dir", default="outputs/online_demo")
+    parser.add_argument("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
+    parser.add_argument("--draft", default=str(DRAFT_PATH), help="draft (student) to start from")
+    parser.add_argument("--dtype", default="bfloat16", choices=SERVING_DTYPES, help="the target's dtype")
     parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads (the demo models are too small to gain from more)",
-    )
+        "--draft_dtype", default="bfloat16", choices=SERVING_DTYPES,
+        help="the dtype the draft serves in (it trains in float32; a copy serves, refreshed after each update)",
+    )  # fmt: skip
+    parser.add_argument("--output_dir", default="outputs/online_demo")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = Path(args.output_dir)
@@ -104,18 +146,20 @@ def main(argv: list[str] | None = None) -> dict:
     stream = abrupt_stream(sources, [args.per_domain] * len(sources))
     save_conversations(stream, out / "stream.json")
 
-    tokenizer = load_tokenizer(str(TEACHER_PATH), None)
-    teacher = load_model(str(TEACHER_PATH), "float32", None)
-    draft = load_model(str(DRAFT_PATH), "float32", None)
-    standard = load_model(str(DRAFT_PATH), "float32", None).eval()  # untouched copy: the Standard baseline
+    if Path(args.target) == TARGET_PATH:
+        ensure_target()
+    tokenizer = load_tokenizer(args.target, None)
+    teacher = load_model(args.target, args.dtype, None).eval()
+    draft = load_model(args.draft, "float32", None)
+    standard = load_model(args.draft, args.draft_dtype, None).eval()  # untouched copy: the Standard baseline
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
     training_args = DistillTrainingArguments(
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
         learning_rate=args.learning_rate, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0,
         kl_method=args.kl_method, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
         online_update_interval=args.update_interval, online_eval_interval=1, online_alpha_window=args.tail,
-        eval_on_start=False, save_strategy="no", logging_steps=10**9, report_to="none", use_cpu=True,
-        disable_tqdm=True, seed=0,
+        draft_serving_dtype=args.draft_dtype, eval_on_start=False, save_strategy="no", logging_steps=10**9,
+        report_to="none", use_cpu=True, disable_tqdm=True, seed=0,
     )  # fmt: skip
     trainer = OnlineDistillTrainer(
         model=draft,
@@ -130,37 +174,32 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.train()
     trainer.save_model(str(out / "draft"))
 
-    entries = [
-        e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "alpha_window" in e
-    ]
     rows, bands = [], dataset_bands([r["dataset"] for r in stream])
-    for start, end, domain in tqdm(bands, desc="Standard SD on the same queries"):
+    decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
+    for start, end, domain in tqdm(bands, desc="Standard SD and the target alone on the same queries"):
         tail_start = max(start, end - args.tail)
         prompts = [dataset[i]["prompt_ids"] for i in range(tail_start, end)]
-        rows.append(
-            {
-                "domain": domain,
-                "standard_alpha": standard_alpha(
-                    standard, teacher, prompts, args.gamma, args.max_new_tokens, tokenizer.eos_token_id
-                ),
-                "online_alpha": segment_alpha(entries, tail_start, end),
-                "queries": (tail_start, end),
-            }
-        )
+        rows.append({"domain": domain, "queries": (tail_start, end),
+                     "standard": serve_tail(decoder, prompts, args.max_new_tokens, tokenizer.eos_token_id),
+                     "online": segment_online(trainer.online.queries, tail_start, end)})  # fmt: skip
+    entries = [e for e in read_log(out) if "alpha_window" in e]
     png = plot_alpha(
         {"online": alpha_series(entries)},
         out / "alpha.png",
         window=args.tail,
         bands=bands,
-        segment_references={"Standard (same queries)": [(*r["queries"], r["standard_alpha"]) for r in rows]},
-        title=f"Online SD on the demo pair: {args.per_domain} queries per domain, update every {args.update_interval}",
+        segment_references={
+            "Standard (same queries)": [(*r["queries"], r["standard"]["alpha"]) for r in rows]
+        },
+        title=f"Online SD, {Path(args.target).name}: {args.per_domain} queries per domain, update every {args.update_interval}",
     )
-    summary = {"args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates}
+    summary = {"args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates,
+               "update_time_share": trainer.online.update_time_s / trainer.online.serve_time_s}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"\nlast {args.tail} queries of each domain segment (greedy, gamma {args.gamma}):")
-    print(f"{'domain':<12} {'Standard alpha':>15} {'online alpha':>13}")
-    for r in rows:
-        print(f"{r['domain']:<12} {r['standard_alpha']:>15.3f} {r['online_alpha']:>13.3f}")
+    print_tables(rows, args.tail, args.gamma)
+    print(
+        f"update time / serving time: {summary['update_time_share']:.3f} ({trainer.online.updates} updates)"
+    )
     print(f"plot: {png}")
     return summary
 

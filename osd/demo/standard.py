@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
-from transformers import HfArgumentParser, PreTrainedModel
+from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup
-from osd.demo import DOMAINS, DRAFT_PATH, TEACHER_PATH, load_demo_pair, workload_path
+from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, workload_path
 from osd.demo.step_cost import cost_ratio
 from osd.prompting import encode_prompt
 from osd.spec import AcceptanceStats, SpeculativeDecoder
+from osd.spec.evaluate import target_only_greedy
 
 
 @dataclass
@@ -34,13 +35,18 @@ class StandardConfig:
         default=str(DRAFT_PATH), metadata={"help": "Draft model path (default: the demo draft)."}
     )
     target: str = field(
-        default=str(TEACHER_PATH), metadata={"help": "Target model path (default: the demo teacher)."}
+        default=str(TARGET_PATH),
+        metadata={"help": "Target model path (default: the demo target, SmolLM2-135M-Instruct)."},
     )
+    dtype: str = field(
+        default="bfloat16", metadata={"help": "The target's dtype (bfloat16, float32, float16)."}
+    )
+    draft_dtype: str = field(default="bfloat16", metadata={"help": "The draft's dtype."})
     domains: list[str] = field(
         default_factory=lambda: list(DOMAINS), metadata={"help": "Workload domains to run."}
     )
     prompts_per_domain: int = field(default=40, metadata={"help": "Eval prompts per domain (0 = all)."})
-    gamma: int = field(default=5, metadata={"help": "Draft tokens proposed per step (--max_propose_num)."})
+    gamma: int = field(default=4, metadata={"help": "Draft tokens proposed per step (--max_propose_num)."})
     temperature: float = field(
         default=0.0, metadata={"help": "0 = greedy; > 0 samples (exact rejection sampling)."}
     )
@@ -52,21 +58,6 @@ class StandardConfig:
     )
 
 
-@torch.inference_mode()
-def target_only_greedy(
-    model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int, eos_id: int
-) -> list[int]:
-    """Plain cached greedy decoding with the target alone: the baseline speculative decoding must beat."""
-    out = model(input_ids, use_cache=True)  # input_ids: [1, T]
-    generated: list[int] = []
-    while True:
-        token = int(out.logits[0, -1].argmax())
-        generated.append(token)
-        if token == eos_id or len(generated) == max_new_tokens:
-            return generated
-        out = model(torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
-
-
 def main() -> None:
     (cfg,) = HfArgumentParser(StandardConfig).parse_args_into_dataclasses()
     unknown = set(cfg.domains) - set(DOMAINS)
@@ -74,7 +65,9 @@ def main() -> None:
         raise ValueError(f"--domains: unknown {sorted(unknown)}; the workload has {DOMAINS}")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    draft, target, tok = load_demo_pair(cfg.draft, cfg.target)
+    draft, target, tok = load_demo_pair(
+        cfg.draft, cfg.target, getattr(torch, cfg.dtype), getattr(torch, cfg.draft_dtype)
+    )
     c, t_draft, t_target = cost_ratio(draft, target)
     print(f"c = draft step / target step = {t_draft * 1e3:.2f} ms / {t_target * 1e3:.2f} ms = {c:.3f}")
 

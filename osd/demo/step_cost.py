@@ -59,17 +59,21 @@ def cost_ratio(
 
 
 def main() -> None:
-    from osd.demo import DRAFT_PATH, TEACHER_PATH, load_demo_pair
+    from osd.demo import DRAFT_PATH, TARGET_PATH, load_demo_pair
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--draft", default=str(DRAFT_PATH))
-    parser.add_argument("--target", default=str(TEACHER_PATH))
+    parser.add_argument("--target", default=str(TARGET_PATH))
+    parser.add_argument("--dtype", default="bfloat16", help="the target's dtype")
+    parser.add_argument("--draft_dtype", default="bfloat16", help="the draft's dtype")
     parser.add_argument("--context", type=int, default=64, help="tokens already in the KV cache")
     parser.add_argument("--num_threads", type=int, default=1, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    draft, target, _ = load_demo_pair(args.draft, args.target)
+    draft, target, _ = load_demo_pair(
+        args.draft, args.target, getattr(torch, args.dtype), getattr(torch, args.draft_dtype)
+    )
     c, t_d, t_t = cost_ratio(draft, target, args.context)
     print(
         f"draft step {t_d * 1e3:.2f} ms, target step {t_t * 1e3:.2f} ms, c = {c:.3f} (torch threads: {torch.get_num_threads()})"

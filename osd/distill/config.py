@@ -159,6 +159,14 @@ class DistillTrainingArguments(TrainingArguments):
     eval_temperature: float = field(
         default=0.0, metadata={"help": "Speculative-decoding temperature when measuring alpha; 0 = greedy."}
     )
+    draft_serving_dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "Online mode: serve with a copy of the draft in this dtype (e.g. bfloat16, 1.8x faster on a CPU "
+            "with AVX512-BF16), refreshed after each update, while the optimizer keeps the student's own "
+            "(float32) weights; default: serve the student itself."
+        },
+    )
     # Changed defaults. The reference trains with adamw_torch; "Standard" speculative decoding is
     # measured before the first step; the collated batches carry prompt_ids and group names that
     # the model's forward does not take, so Trainer must not drop "unused" columns.
@@ -178,6 +186,8 @@ class DistillTrainingArguments(TrainingArguments):
         _check_choice("sample_source", self.sample_source, SAMPLE_SOURCES)
         _check_choice("kl_method", self.kl_method, sorted(DIVERGENCES))
         _check_choice("online_loss_positions", self.online_loss_positions, ONLINE_LOSS_POSITIONS)
+        if self.draft_serving_dtype is not None:
+            _check_choice("draft_serving_dtype", self.draft_serving_dtype, DTYPES[1:])
         for flag in (
             "max_propose_num",
             "online_eval_interval",

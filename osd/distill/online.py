@@ -3,7 +3,8 @@
 The loop, one query per Trainer step (`OnlineDistillTrainer.training_step`):
 
     serve   the query with SpeculativeDecoder(draft, target, gamma=--max_propose_num), keeping the
-            target's logits from verification;
+            target's logits from verification (with --draft_serving_dtype, a copy of the draft in
+            that dtype serves, refreshed after each update; the optimizer keeps the float32 weights);
     buffer  the query: its tokens, the loss positions (where the target replaced a draft token, or
             every generated token with --online_loss_positions all) and the target's logits there;
     update  every --online_update_interval queries: ONE student forward per buffered sequence, the
@@ -40,6 +41,7 @@ metrics as an uninterrupted one (the metrics callback drops entries logged after
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -167,12 +169,15 @@ class QueryStats:
     accepted: int  # accepted draft tokens, summed over verification steps
     steps: int  # verification steps
     groups: dict[str, str]  # dataset / topic / language of the record
+    num_generated: int = 0
+    wall_time_s: float = 0.0  # the engine's time serving this query (the update's is apart)
 
     @classmethod
     def of(cls, out: SpecOutput, groups: dict[str, str]) -> QueryStats:
         return cls(
-            out.alpha_sum, out.num_proposed, sum(out.accepted_lengths), len(out.accepted_lengths), groups
-        )
+            out.alpha_sum, out.num_proposed, sum(out.accepted_lengths), len(out.accepted_lengths), groups,
+            out.generated_ids.shape[1], out.wall_time_s,
+        )  # fmt: skip
 
 
 def _alpha(queries: Sequence[QueryStats]) -> float:
@@ -282,6 +287,8 @@ class OnlineDistillTrainer(DistillTrainer):
         self.online = OnlineState()
         self.buffers: dict[str, list[BufferedQuery]] = {}
         self._updated_this_step = False
+        self._serving: dict[str, PreTrainedModel] = {}  # --draft_serving_dtype copies, per buffer key
+        self._stale: set[str] = set()  # keys whose draft was updated since its copy was made
         self.add_callback(_OptimizerTimer(self))
 
     # ---- the loop -------------------------------------------------------------------------
@@ -292,7 +299,7 @@ class OnlineDistillTrainer(DistillTrainer):
         """Serve one query, buffer it, and every --online_update_interval queries distil on the buffer."""
         input_ids, groups = self._query(inputs)  # [1, T]
         key, draft = self._route(model, input_ids, groups)
-        out = self._serve(draft, input_ids)
+        out = self._serve(self._serving_draft(key, draft), input_ids)
         self.online.add(QueryStats.of(out, groups))
         self._updated_this_step = False
         if self.args.online_update_interval > self.state.max_steps:
@@ -306,7 +313,24 @@ class OnlineDistillTrainer(DistillTrainer):
             return torch.zeros((), device=self.args.device)
         loss = self._update(draft, buffer)
         buffer.clear()
+        self._stale.add(key)  # Trainer steps the optimizer after this: the serving copy is out of date
         return loss
+
+    def _serving_draft(self, key: str, draft: PreTrainedModel) -> PreTrainedModel:
+        """The draft as served: itself, or its copy in --draft_serving_dtype, refreshed after its updates."""
+        name = self.args.draft_serving_dtype
+        if name is None or getattr(torch, name) == draft.dtype:
+            return draft
+        start = time.perf_counter()
+        if key not in self._serving:
+            self._serving[key] = copy.deepcopy(draft).to(getattr(torch, name)).eval()
+        elif key in self._stale:
+            self._serving[key].load_state_dict(draft.state_dict())  # casts to the copy's dtype
+        else:
+            return self._serving[key]
+        self._stale.discard(key)
+        self.online.update_time_s += time.perf_counter() - start  # part of what an update costs
+        return self._serving[key]
 
     def _serve(self, draft: PreTrainedModel, input_ids: torch.Tensor) -> SpecOutput:
         """Speculative decoding of one query with the current draft, keeping the target's logits."""

@@ -41,8 +41,10 @@ class SpecOutput:
     wrong_positions: list[int]  # indices into generated_ids[0] where the target replaced a draft token
     target_logits: torch.Tensor | None  # [N, V] target logits that produced each generated token
     num_target_calls: int
-    draft_time_s: float
-    target_time_s: float
+    draft_time_s: float  # draft forwards (proposals)
+    target_time_s: float  # target forwards (verification, the prompt's prefill included)
+    accept_time_s: float  # accept/reject and exact alpha
+    cache_time_s: float  # committing tokens and cropping both KV caches
     wall_time_s: float
 
     @property
@@ -229,6 +231,7 @@ class SpeculativeDecoder:
         # count positions whose prefix is the committed one: accepted ones and the first rejected
         counted = min(n + 1, k)
         s.alpha_sum += float(alphas[:counted].sum())
+        t3 = time.perf_counter()
         s.num_proposed += counted
         emitted = draft_list[:n] + [int(next_token)]
         if n < k:
@@ -242,6 +245,8 @@ class SpeculativeDecoder:
         s.num_target_calls += 1
         s.draft_time += t1 - t0
         s.target_time += t2 - t1
+        s.accept_time += t3 - t2
+        s.cache_time += time.perf_counter() - t3
         return emitted
 
     def _propose(
@@ -289,6 +294,8 @@ class _DecodeState:
     num_target_calls: int = 0
     draft_time: float = 0.0
     target_time: float = 0.0
+    accept_time: float = 0.0
+    cache_time: float = 0.0
 
     @property
     def num_generated(self) -> int:
@@ -309,5 +316,7 @@ class _DecodeState:
             num_target_calls=self.num_target_calls,
             draft_time_s=self.draft_time,
             target_time_s=self.target_time,
+            accept_time_s=self.accept_time,
+            cache_time_s=self.cache_time,
             wall_time_s=wall_time,
         )

@@ -10,7 +10,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from osd.spec.decoder import SpecOutput, SpeculativeDecoder
+from osd.spec.decoder import SpecOutput, SpeculativeDecoder, accepts_logits_to_keep
 
 
 @dataclass
@@ -25,6 +25,8 @@ class AcceptanceStats:
     wall_time_s: float
     draft_time_s: float
     target_time_s: float
+    accept_time_s: float
+    cache_time_s: float
     per_prompt_alpha: list[float]
 
     @property
@@ -45,7 +47,29 @@ class AcceptanceStats:
             wall_time_s=sum(o.wall_time_s for o in outputs),
             draft_time_s=sum(o.draft_time_s for o in outputs),
             target_time_s=sum(o.target_time_s for o in outputs),
+            accept_time_s=sum(o.accept_time_s for o in outputs),
+            cache_time_s=sum(o.cache_time_s for o in outputs),
             per_prompt_alpha=[o.alpha for o in outputs],
+        )
+
+
+@torch.inference_mode()
+def target_only_greedy(
+    model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int, eos_id: int
+) -> list[int]:
+    """Plain cached greedy decoding with the target alone: the baseline speculative decoding must beat."""
+    keep = (
+        {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
+    )  # the LM head at the last position only
+    out = model(input_ids.to(model.device), use_cache=True, **keep)  # input_ids: [1, T]
+    generated: list[int] = []
+    while True:
+        token = int(out.logits[0, -1].argmax())
+        generated.append(token)
+        if token == eos_id or len(generated) == max_new_tokens:
+            return generated
+        out = model(
+            torch.tensor([[token]], device=model.device), past_key_values=out.past_key_values, use_cache=True
         )
 
 

