@@ -1,4 +1,5 @@
-"""Shared pieces of the online experiment drivers (benchmarks/online_*.py) on the embedded demo pair.
+"""Shared pieces of the online experiment drivers (benchmarks/online_*.py) on the embedded demo pair
+(SmolLM2-135M-Instruct in bf16; the draft trains in float32 and serves as a bf16 copy).
 
 Every run goes through the real command line (`osd.train --mode online`, or
 `osd.distill.routing` for routed drafts) with --online_eval_interval 1, so each metrics.jsonl
@@ -20,9 +21,12 @@ from pathlib import Path
 import torch
 
 from osd.conversations import load_conversations, save_conversations
-from osd.demo import DRAFT_PATH, TEACHER_PATH, WORKLOAD_DIR
+from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
 
 NEVER = 10**9  # an update interval no stream reaches: the draft stays as it is
+GAMMA = (
+    4  # draft tokens per step: osd.cost_model.best_gamma at the demo pair's measured alpha, c and verify cost
+)
 
 
 def make_parser(doc: str) -> argparse.ArgumentParser:
@@ -59,9 +63,10 @@ def run_online(
     out_dir.mkdir(parents=True)
     save_conversations(stream, out_dir / "stream.json")
     argv = [
-        "--student_model_path", str(student), "--teacher_model_path", str(TEACHER_PATH),
+        "--student_model_path", str(student), "--teacher_model_path", str(TARGET_PATH),
+        "--teacher_dtype", "bfloat16", "--draft_serving_dtype", "bfloat16",
         "--data_path", str(out_dir / "stream.json"), "--output_dir", str(out_dir), "--mode", "online",
-        "--kl_method", "forward", "--max_propose_num", "5", "--max_new_tokens", str(max_new_tokens),
+        "--kl_method", "forward", "--max_propose_num", str(GAMMA), "--max_new_tokens", str(max_new_tokens),
         "--online_update_interval", str(update_interval), "--online_eval_interval", "1",
         "--per_device_train_batch_size", "1", "--num_train_epochs", "1", "--learning_rate", str(learning_rate),
         "--lr_scheduler_type", "constant", "--weight_decay", "0", "--max_grad_norm", "0",

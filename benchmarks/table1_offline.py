@@ -42,7 +42,10 @@ class Table1Args:
         default="sql", metadata={"help": "Workload domain: data/local/{domain}_{train,eval}.json."}
     )
     draft_path: str | None = field(default=None, metadata={"help": "Student; default: the demo draft."})
-    teacher_path: str | None = field(default=None, metadata={"help": "Teacher; default: the demo teacher."})
+    teacher_path: str | None = field(default=None, metadata={"help": "Teacher; default: the demo target."})
+    teacher_dtype: str = field(
+        default="bfloat16", metadata={"help": "The teacher's dtype (the student trains in float32)."}
+    )
     train_path: str | None = field(
         default=None, metadata={"help": "Default: data/local/{domain}_train.json."}
     )
@@ -170,10 +173,11 @@ def markdown(args: Table1Args, num_eval: int, digests: dict, standard: dict, row
 
 def main(argv: list[str] | None = None) -> list[dict]:
     (args,) = HfArgumentParser(Table1Args).parse_args_into_dataclasses(args=argv)
-    from osd.demo import DRAFT_PATH, TEACHER_PATH, workload_path
+    from osd.demo import DRAFT_PATH, TARGET_PATH, workload_path
+    from osd.demo.target import ensure_target
 
     args.draft_path = args.draft_path or str(DRAFT_PATH)
-    args.teacher_path = args.teacher_path or str(TEACHER_PATH)
+    args.teacher_path = args.teacher_path or str(ensure_target(TARGET_PATH))
     args.train_path = args.train_path or str(workload_path(args.domain, "train"))
     args.eval_path = args.eval_path or str(workload_path(args.domain, "eval"))
     out, work = Path(args.out_dir), Path(args.work_dir)
@@ -184,7 +188,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.unk_token or tokenizer.eos_token
     draft = AutoModelForCausalLM.from_pretrained(args.draft_path, dtype=torch.float32).eval()
-    teacher = AutoModelForCausalLM.from_pretrained(args.teacher_path, dtype=torch.float32).eval()
+    teacher = AutoModelForCausalLM.from_pretrained(
+        args.teacher_path, dtype=getattr(torch, args.teacher_dtype)
+    ).eval()
 
     digests = {
         "draft_sha256": weights_digest(args.draft_path),

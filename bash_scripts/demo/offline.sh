@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offline distillation on the embedded demo pair (osd/demo/models) and the local workload
+# Offline distillation on the embedded demo pair (SmolLM2-135M-Instruct target, osd/demo/models) and the local workload
 # (data/local), on CPU with no downloads: the same trainer and flags as the paper's scripts, with
 # sizes that finish in minutes. Alpha before ("Standard") and after is in {savepath}/metrics.jsonl.
 #
@@ -10,7 +10,7 @@
 # Arguments: {savepath} {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
 # The "teacher" source trains on DATA's assistant turns; data/local holds the workload's reference
 # answers, so for the teacher's own answers (as the paper) write them first and point DATA at them:
-#   python data/generate_answer.py --filename data/local/sql_train.json --model osd/demo/models/teacher
+#   python data/generate_answer.py --filename data/local/sql_train.json --model osd/demo/models/target
 # (benchmarks/table1_offline.py does this itself).
 set -euo pipefail
 
@@ -20,7 +20,7 @@ SAMPLE_SOURCE=${2:?$USAGE}
 KL_METHOD=${3:?$USAGE}
 DOMAIN=${DOMAIN:-sql}
 STUDENT=${STUDENT:-osd/demo/models/draft}
-TEACHER=${TEACHER:-osd/demo/models/teacher}
+TEACHER=${TEACHER:-osd/demo/models/target}  # SmolLM2-135M-Instruct, converted by bash_scripts/setup_env.sh
 DATA=${DATA:-data/local/${DOMAIN}_train.json}
 EVAL_DATA=${EVAL_DATA:-data/local/${DOMAIN}_eval.json}
 MAX_STEPS=${MAX_STEPS:-60}
@@ -37,8 +37,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 "$PYTHON" -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" \
     --data_path "$DATA" --eval_data_path "$EVAL_DATA" --max_eval_samples "$MAX_EVAL_SAMPLES" \
-    --mode offline --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
+    --mode offline --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 4 \
     --output_dir "$SAVEPATH" --max_steps "$MAX_STEPS" --per_device_train_batch_size "$BATCH_SIZE" \
     --eval_strategy no --save_strategy no --learning_rate "$LR" --lr_scheduler_type constant \
-    --model_max_length 256 --max_new_tokens "$MAX_NEW_TOKENS" --teacher_dtype float32 --logging_steps 5 \
+    --model_max_length 256 --max_new_tokens "$MAX_NEW_TOKENS" --teacher_dtype bfloat16 --logging_steps 5 \
     --report_to "$REPORT_TO" $EXTRA_ARGS

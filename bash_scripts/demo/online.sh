@@ -18,9 +18,9 @@ PER_DOMAIN=${PER_DOMAIN:-60}
 UPDATE_INTERVAL=${UPDATE_INTERVAL:-1}
 LR=${LR:-1e-4}
 STUDENT=${STUDENT:-osd/demo/models/draft}
-TEACHER=${TEACHER:-osd/demo/models/teacher}
+TEACHER=${TEACHER:-osd/demo/models/target}  # SmolLM2-135M-Instruct, converted by bash_scripts/setup_env.sh
 STREAM="$SAVEPATH/stream.json"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # tiny models: more threads only wait for each other
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one request at a time: a second thread gains little on 2 cores
 
 mkdir -p "$SAVEPATH"
 python data/prepare_online.py --kind abrupt --lengths "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" \
@@ -28,10 +28,11 @@ python data/prepare_online.py --kind abrupt --lengths "$PER_DOMAIN" "$PER_DOMAIN
     code=data/local/code_train.json finance=data/local/finance_train.json --output "$STREAM"
 python -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$STREAM" \
-    --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
+    --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 4 \
     --max_new_tokens 64 --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \
+    --teacher_dtype bfloat16 --draft_serving_dtype bfloat16 \
     --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
     --learning_rate "$LR" --lr_scheduler_type constant --weight_decay 0 --max_grad_norm 0 \
     --save_strategy steps --save_steps 100 --logging_steps 20 --use_cpu True --report_to none
 python -m osd.plots "$SAVEPATH/metrics.jsonl" --label online --stream "$STREAM" --out "$SAVEPATH/alpha.png" \
-    --window 20 --title "demo pair, online, update every $UPDATE_INTERVAL"
+    --window 20 --title "SmolLM2-135M target, online, update every $UPDATE_INTERVAL"

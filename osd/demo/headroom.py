@@ -71,7 +71,9 @@ def main() -> None:
     (cfg,) = HfArgumentParser(HeadroomConfig).parse_args_into_dataclasses()
     torch.set_num_threads(1)  # fastest for these tiny models on a shared CPU
     out_dir = Path(cfg.out_dir)
-    draft, teacher, tok = load_demo_pair(cfg.draft, cfg.target, draft_dtype=torch.float32)  # trains: fp32 weights
+    draft, teacher, tok = load_demo_pair(
+        cfg.draft, cfg.target, draft_dtype=torch.float32
+    )  # trains: fp32 weights
     train = load_conversations(workload_path(cfg.domain, "train"))[: cfg.num_train]
     evals = load_conversations(workload_path(cfg.domain, "eval"))
     evals = evals[: cfg.num_eval] if cfg.num_eval else evals

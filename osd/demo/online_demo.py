@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import time
 from pathlib import Path
@@ -81,16 +82,21 @@ def serve_tail(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new_to
             "target_tokens": baseline_tokens, "target_s": baseline_s}  # fmt: skip
 
 
-def segment_online(queries: list[QueryStats], start: int, end: int) -> dict:
-    """Token-weighted alpha and (tokens, seconds) of the online run over queries start+1..end."""
-    picked = queries[start:end]
+def online_on(queries: list[QueryStats], indices: list[int]) -> dict:
+    """Token-weighted alpha and (tokens, seconds) of the online run over the queries at `indices`."""
+    picked = [queries[i] for i in indices]
     proposed = sum(q.num_proposed for q in picked)
     return {"alpha": sum(q.alpha_sum for q in picked) / max(proposed, 1),
             "tokens": sum(q.num_generated for q in picked), "s": sum(q.wall_time_s for q in picked)}  # fmt: skip
 
 
+def last_of_domain(stream: list[dict], domain: str, n: int) -> list[int]:
+    """Stream indices of the last n queries of `domain` (the end of its segment in an abrupt stream)."""
+    return [i for i, r in enumerate(stream) if r["dataset"] == domain][-n:]
+
+
 def print_tables(rows: list[dict], tail: int, gamma: int) -> None:
-    print(f"\nlast {tail} queries of each domain segment (greedy, gamma {gamma}):")
+    print(f"\nlast {tail} queries of each domain in the stream (greedy, gamma {gamma}):")
     print(f"{'domain':<10} {'Standard alpha':>15} {'online alpha':>13}")
     for r in rows:
         print(f"{r['domain']:<10} {r['standard']['alpha']:>15.3f} {r['online']['alpha']:>13.3f}")
@@ -120,6 +126,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), help="stream order of the domains")
     parser.add_argument("--per_domain", type=int, default=16, help="queries per domain segment")
     parser.add_argument(
+        "--stream", choices=["abrupt", "mix"], default="abrupt",
+        help="abrupt: one segment per domain, in --domains order; mix: the same queries interleaved at random",
+    )  # fmt: skip
+    parser.add_argument(
         "--tail", type=int, default=8, help="queries at the end of each segment compared in the tables"
     )
     parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
@@ -144,6 +154,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     sources = {d: json.loads((Path(WORKLOAD_DIR) / f"{d}_train.json").read_text()) for d in args.domains}
     stream = abrupt_stream(sources, [args.per_domain] * len(sources))
+    if args.stream == "mix":  # the same queries, shuffled: a draft distilled on every domain at once
+        random.Random(0).shuffle(stream)
     save_conversations(stream, out / "stream.json")
 
     if Path(args.target) == TARGET_PATH:
@@ -174,24 +186,25 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.train()
     trainer.save_model(str(out / "draft"))
 
-    rows, bands = [], dataset_bands([r["dataset"] for r in stream])
+    rows = []
     decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
-    for start, end, domain in tqdm(bands, desc="Standard SD and the target alone on the same queries"):
-        tail_start = max(start, end - args.tail)
-        prompts = [dataset[i]["prompt_ids"] for i in range(tail_start, end)]
-        rows.append({"domain": domain, "queries": (tail_start, end),
+    for domain in tqdm(args.domains, desc="Standard SD and the target alone on the same queries"):
+        indices = last_of_domain(stream, domain, args.tail)
+        prompts = [dataset[i]["prompt_ids"] for i in indices]
+        rows.append({"domain": domain, "queries": indices,
                      "standard": serve_tail(decoder, prompts, args.max_new_tokens, tokenizer.eos_token_id),
-                     "online": segment_online(trainer.online.queries, tail_start, end)})  # fmt: skip
+                     "online": online_on(trainer.online.queries, indices)})  # fmt: skip
     entries = [e for e in read_log(out) if "alpha_window" in e]
+    abrupt = args.stream == "abrupt"
+    standard_lines = [(r["queries"][0], r["queries"][-1] + 1, r["standard"]["alpha"]) for r in rows]
     png = plot_alpha(
         {"online": alpha_series(entries)},
         out / "alpha.png",
         window=args.tail,
-        bands=bands,
-        segment_references={
-            "Standard (same queries)": [(*r["queries"], r["standard"]["alpha"]) for r in rows]
-        },
-        title=f"Online SD, {Path(args.target).name}: {args.per_domain} queries per domain, update every {args.update_interval}",
+        bands=dataset_bands([r["dataset"] for r in stream]) if abrupt else (),
+        segment_references={"Standard (same queries)": standard_lines} if abrupt else None,
+        title=f"Online SD, {Path(args.target).name}: {args.per_domain} queries per domain ({args.stream}), "
+        f"update every {args.update_interval}",
     )
     summary = {"args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates,
                "update_time_share": trainer.online.update_time_s / trainer.online.serve_time_s}  # fmt: skip

@@ -6,24 +6,27 @@ decoding of the same prompts (the same engine-free cached loop the target would 
 plus the theoretical speedup of Eq. 2 from alpha and the measured c.
 
 Usage:
-    python -m osd.demo.standard                                 # ~2 min on 2 CPU cores
+    python -m osd.demo.standard --output benchmarks/results/standard_demo_cpu.json
     python -m osd.demo.standard --prompts_per_domain 40 --gamma 3
     python -m osd.demo.standard --draft outputs/demo_distilled_draft --domains math
 """
 
 from __future__ import annotations
 
+import json
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, user_query
-from osd.cost_model import speedup
+from osd.cost_model import speedup, speedup_measured_verify
 from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, workload_path
-from osd.demo.step_cost import cost_ratio
+from osd.demo.step_cost import cost_ratio, step_time
 from osd.prompting import encode_prompt
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
@@ -45,13 +48,14 @@ class StandardConfig:
     domains: list[str] = field(
         default_factory=lambda: list(DOMAINS), metadata={"help": "Workload domains to run."}
     )
-    prompts_per_domain: int = field(default=40, metadata={"help": "Eval prompts per domain (0 = all)."})
+    prompts_per_domain: int = field(default=20, metadata={"help": "Eval prompts per domain (0 = all)."})
     gamma: int = field(default=4, metadata={"help": "Draft tokens proposed per step (--max_propose_num)."})
     temperature: float = field(
         default=0.0, metadata={"help": "0 = greedy; > 0 samples (exact rejection sampling)."}
     )
-    max_new_tokens: int = field(default=96, metadata={"help": "Generation budget per prompt."})
+    max_new_tokens: int = field(default=64, metadata={"help": "Generation budget per prompt."})
     seed: int = field(default=0, metadata={"help": "Seed for sampling (temperature > 0)."})
+    output: str | None = field(default=None, metadata={"help": "Write the results as JSON here."})
     num_threads: int = field(
         default=1,
         metadata={"help": "torch threads; 1 is fastest for these tiny models (0 = torch's default)."},
@@ -69,6 +73,7 @@ def main() -> None:
         cfg.draft, cfg.target, getattr(torch, cfg.dtype), getattr(torch, cfg.draft_dtype)
     )
     c, t_draft, t_target = cost_ratio(draft, target)
+    verify_cost = step_time(target, 64, length=cfg.gamma + 1) / t_target
     print(f"c = draft step / target step = {t_draft * 1e3:.2f} ms / {t_target * 1e3:.2f} ms = {c:.3f}")
 
     jobs = []
@@ -93,31 +98,37 @@ def main() -> None:
         baseline[domain][1] += len(reference)
         mismatches += cfg.temperature == 0 and out.generated_ids[0].tolist() != reference
 
-    print(f"\nStandard speculative decoding, gamma={cfg.gamma}, temperature={cfg.temperature}, c={c:.3f}")
-    header = f"{'domain':9s}{'prompts':>8s}{'alpha':>8s}{'acc.len':>9s}{'tok/s SD':>10s}{'tok/s AR':>10s}{'speedup':>9s}{'Eq.2':>7s}"
-    print(header + "\n" + "-" * len(header))
+    rows = []
     for domain in cfg.domains:
         stats = AcceptanceStats.from_outputs(spec_outputs[domain])
         seconds, tokens = baseline[domain]
-        ar_rate = tokens / seconds
-        print(f"{domain:9s}{len(spec_outputs[domain]):8d}{stats.alpha:8.3f}{stats.mean_accepted_length:9.2f}"
-              f"{stats.tokens_per_s:10.1f}{ar_rate:10.1f}{stats.tokens_per_s / ar_rate:8.2f}x"
-              f"{speedup(min(stats.alpha, 0.999), cfg.gamma, c):6.2f}x")  # fmt: skip
+        alpha = min(stats.alpha, 0.999)
+        rows.append({"domain": domain, "prompts": len(spec_outputs[domain]), "alpha": stats.alpha,
+                     "accepted_length": stats.mean_accepted_length, "sd_tokens_per_s": stats.tokens_per_s,
+                     "target_tokens_per_s": tokens / seconds, "speedup": stats.tokens_per_s / (tokens / seconds),
+                     "eq2": speedup(alpha, cfg.gamma, c),
+                     "eq2_measured_verify": speedup_measured_verify(alpha, cfg.gamma, c, verify_cost)})  # fmt: skip
     total = AcceptanceStats.from_outputs([o for outs in spec_outputs.values() for o in outs])
-    other = total.wall_time_s - total.draft_time_s - total.target_time_s
-    print(
-        f"SD wall time {total.wall_time_s:.1f} s = draft {total.draft_time_s:.1f} s + target "
-        f"{total.target_time_s:.1f} s + engine bookkeeping {other:.1f} s"
-    )
-    ar_token_s = sum(s for s, _ in baseline.values()) / sum(n for _, n in baseline.values())
-    print(
-        f"effective c inside the engine (draft seconds per drafted token, ~gamma per step, / target-only seconds "
-        f"per token): {total.draft_time_s / (cfg.gamma * total.num_steps) / ar_token_s:.3f}"
-    )
+    result = {"command": "python -m osd.demo.standard " + " ".join(sys.argv[1:]), "config": asdict(cfg),
+              "c": c, "draft_step_ms": t_draft * 1e3, "target_step_ms": t_target * 1e3, "verify_cost": verify_cost,
+              "rows": rows, "greedy_identical": len(jobs) - mismatches, "prompts": len(jobs),
+              "seconds": {"wall": total.wall_time_s, "draft": total.draft_time_s, "verify": total.target_time_s,
+                          "accept_reject": total.accept_time_s, "cache": total.cache_time_s}}  # fmt: skip
+    print(f"\nStandard speculative decoding, gamma={cfg.gamma}, temperature={cfg.temperature}, c={c:.3f}, "
+          f"verify cost {verify_cost:.2f}")  # fmt: skip
+    header = f"{'domain':9s}{'prompts':>8s}{'alpha':>8s}{'acc.len':>9s}{'tok/s SD':>10s}{'tok/s AR':>10s}{'speedup':>9s}{'Eq.2':>7s}{'Eq.2 v':>8s}"
+    print(header + "\n" + "-" * len(header))
+    for r in rows:
+        print(f"{r['domain']:9s}{r['prompts']:8d}{r['alpha']:8.3f}{r['accepted_length']:9.2f}"
+              f"{r['sd_tokens_per_s']:10.1f}{r['target_tokens_per_s']:10.1f}{r['speedup']:8.2f}x"
+              f"{r['eq2']:6.2f}x{r['eq2_measured_verify']:7.2f}x")  # fmt: skip
+    print("SD wall time " + ", ".join(f"{k} {v:.1f} s" for k, v in result["seconds"].items()))
     if cfg.temperature == 0:
-        print(
-            f"greedy outputs identical to target-only decoding: {len(jobs) - mismatches}/{len(jobs)} prompts"
-        )
+        print(f"greedy outputs identical to target-only decoding: {len(jobs) - mismatches}/{len(jobs)} prompts "
+              "(in bf16 a difference can only start at a near-tie of the target's logits)")  # fmt: skip
+    if cfg.output:
+        Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.output).write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

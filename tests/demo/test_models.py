@@ -10,7 +10,15 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from osd.conversations import load_conversations, user_query
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, load_demo_pair, workload_path
+from osd.demo import (
+    DOMAINS,
+    DRAFT_PATH,
+    TARGET_PATH,
+    TINY_DRAFT_PATH,
+    TINY_TEACHER_PATH,
+    load_demo_pair,
+    workload_path,
+)
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from tests.spec.test_mixed_precision import BF16_EPS, _first_divergence
@@ -58,8 +66,14 @@ def default_pair():
 def test_default_target_is_the_shipped_smollm2_in_bf16(default_pair):
     draft, target, tok = default_pair
     assert target.dtype == torch.bfloat16 and draft.dtype == torch.bfloat16
-    assert (target.config.num_hidden_layers, target.config.hidden_size, target.config.vocab_size) == (30, 576, 49152)
-    assert json.loads((TARGET_PATH / "osd_source.json").read_text())["file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert (target.config.num_hidden_layers, target.config.hidden_size, target.config.vocab_size) == (
+        30,
+        576,
+        49152,
+    )
+    assert (
+        json.loads((TARGET_PATH / "osd_source.json").read_text())["file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
     assert tok.chat_template and "<|im_start|>assistant" in tok.apply_chat_template(
         [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
     )
