@@ -52,7 +52,9 @@ def parse_args() -> argparse.Namespace:
         help="conversation-JSON files whose user turns are the prompts",
     )
     ap.add_argument("--num_prompts", type=int, default=8, help="prompts per data file")
-    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument(
+        "--gamma", type=int, default=1, help="draft tokens per step (best_gamma for the demo pair)"
+    )
     ap.add_argument("--max_new_tokens", type=int, default=64)
     ap.add_argument(
         "--ignore_eos",

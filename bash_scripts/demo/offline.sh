@@ -37,7 +37,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 "$PYTHON" -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" \
     --data_path "$DATA" --eval_data_path "$EVAL_DATA" --max_eval_samples "$MAX_EVAL_SAMPLES" \
-    --mode offline --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 4 \
+    --mode offline --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 1 \
     --output_dir "$SAVEPATH" --max_steps "$MAX_STEPS" --per_device_train_batch_size "$BATCH_SIZE" \
     --eval_strategy no --save_strategy no --learning_rate "$LR" --lr_scheduler_type constant \
     --model_max_length 256 --max_new_tokens "$MAX_NEW_TOKENS" --teacher_dtype bfloat16 --logging_steps 5 \

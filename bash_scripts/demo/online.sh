@@ -28,7 +28,7 @@ python data/prepare_online.py --kind abrupt --lengths "$PER_DOMAIN" "$PER_DOMAIN
     code=data/local/code_train.json finance=data/local/finance_train.json --output "$STREAM"
 python -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$STREAM" \
-    --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 4 \
+    --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 1 \
     --max_new_tokens 64 --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \
     --teacher_dtype bfloat16 --draft_serving_dtype bfloat16 \
     --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \

@@ -1,12 +1,14 @@
 """Build the demo draft: a small Llama with the target's tokenizer, pre-trained on plain workload text.
 
 The draft is *generic*: it learns the local workload (`data/local/*_train.json`) as plain
-documents, each record's query and reference answer joined by a newline, packed into
-fixed-length chunks, without the chat template and never on target outputs. It has seen the
+documents, each record's query and reference answer joined by a newline, plus the English prose
+of the Python reference manual that ships with the interpreter (`pydoc_data.topics`), packed
+into fixed-length chunks, without the chat template and never on target outputs. It has seen the
 domains' words but not how the target answers, so Standard speculative decoding leaves room
 for online distillation to close.
 
-Shape: one layer, hidden 256, tied embeddings (13.6M parameters, 10% of the 134.5M target); the
+Shape: two layers (two can copy from the prompt, which the target's answers do a lot; one
+cannot), hidden 256, tied embeddings (14.7M parameters, 11% of the 134.5M target); the
 49152-row LM head is most of its cost. Trained with float32 weights and bf16 matmuls, stored and served in bfloat16.
 
 Seeded and resumable: a checkpoint (`{out_dir}.build/state.pt`) is written atomically every
@@ -54,7 +56,10 @@ class DraftBuildConfig:
         default=str(WORKLOAD_DIR), metadata={"help": "Folder with {domain}_{train,eval}.json."}
     )
     seed: int = field(default=0, metadata={"help": "Seed for initialisation, packing and batch order."})
-    layers: int = field(default=1, metadata={"help": "Draft depth (depth drives step time)."})
+    layers: int = field(
+        default=2,
+        metadata={"help": "Draft depth: two layers can copy from the prompt (induction), one cannot."},
+    )
     hidden: int = field(default=256, metadata={"help": "Hidden size."})
     ffn: int = field(default=1024, metadata={"help": "MLP size."})
     heads: int = field(default=4, metadata={"help": "Attention heads."})
@@ -64,6 +69,11 @@ class DraftBuildConfig:
     batch_size: int = field(default=16, metadata={"help": "Sequences per step."})
     lr: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
     warmup_steps: int = field(default=30, metadata={"help": "Linear warmup, then cosine decay to 10%."})
+    python_docs: bool = field(
+        default=True,
+        metadata={"help": "Also train on the English prose of the Python reference manual that ships with the "
+                  "interpreter (pydoc_data.topics): generic text beside the templated workload."},
+    )  # fmt: skip
     checkpoint_every: int = field(default=25, metadata={"help": "Steps between resumable checkpoints."})
     bf16_autocast: bool = field(
         default=True, metadata={"help": "bf16 matmuls, float32 weights and optimizer."}
@@ -75,6 +85,16 @@ def document_ids(tok: PreTrainedTokenizerBase, record: dict) -> list[int]:
     """One record as a plain document: query, newline, reference answer, then the end-of-text token."""
     text = user_query(record) + "\n" + (assistant_answer(record) or "")
     return tok(text, add_special_tokens=False).input_ids + [_end_of_text(tok)]
+
+
+def python_docs_ids(tok: PreTrainedTokenizerBase) -> list[list[int]]:
+    """The Python reference manual's topics (shipped with the interpreter) as plain documents."""
+    from pydoc_data.topics import topics
+
+    return [
+        tok(text, add_special_tokens=False).input_ids + [_end_of_text(tok)]
+        for _, text in sorted(topics.items())
+    ]
 
 
 def _end_of_text(tok: PreTrainedTokenizerBase) -> int:
@@ -116,7 +136,10 @@ def build(cfg: DraftBuildConfig) -> dict:
     vocab_size = AutoConfig.from_pretrained(cfg.target).vocab_size
     split = {s: [r for d in DOMAINS for r in load_conversations(Path(cfg.workload_dir) / f"{d}_{s}.json")]
              for s in ("train", "eval")}  # fmt: skip
-    train = pack([document_ids(tok, r) for r in split["train"]], cfg.chunk_length, cfg.seed)
+    documents = [document_ids(tok, r) for r in split["train"]]
+    if cfg.python_docs:
+        documents += python_docs_ids(tok)
+    train = pack(documents, cfg.chunk_length, cfg.seed)
 
     torch.manual_seed(cfg.seed)
     draft = make_draft(cfg, tok, vocab_size)

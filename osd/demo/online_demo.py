@@ -135,7 +135,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
     parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--kl_method", default="forward")
-    parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument(
+        "--loss_positions", choices=["wrong", "all"], default="wrong",
+        help="--online_loss_positions: distil where the draft was wrong (the paper) or on every served token",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gamma", type=int, default=1, help="draft tokens per step (osd.cost_model.best_gamma for this pair)"
+    )
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
     parser.add_argument("--draft", default=str(DRAFT_PATH), help="draft (student) to start from")
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
     training_args = DistillTrainingArguments(
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
         learning_rate=args.learning_rate, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0,
-        kl_method=args.kl_method, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
+        kl_method=args.kl_method, online_loss_positions=args.loss_positions, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
         online_update_interval=args.update_interval, online_eval_interval=1, online_alpha_window=args.tail,
         draft_serving_dtype=args.draft_dtype, eval_on_start=False, save_strategy="no", logging_steps=10**9,
         report_to="none", use_cpu=True, disable_tqdm=True, seed=0,

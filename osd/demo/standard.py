@@ -49,7 +49,7 @@ class StandardConfig:
         default_factory=lambda: list(DOMAINS), metadata={"help": "Workload domains to run."}
     )
     prompts_per_domain: int = field(default=20, metadata={"help": "Eval prompts per domain (0 = all)."})
-    gamma: int = field(default=4, metadata={"help": "Draft tokens proposed per step (--max_propose_num)."})
+    gamma: int = field(default=1, metadata={"help": "Draft tokens proposed per step (--max_propose_num)."})
     temperature: float = field(
         default=0.0, metadata={"help": "0 = greedy; > 0 samples (exact rejection sampling)."}
     )
