@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
-from osd.demo import TARGET_PATH
+from osd.demo import TARGET_PATH, repo_relative
 from osd.demo.step_cost import step_time, synchronize
 from osd.demo.target import ensure_target
 from osd.prompting import encode_prompt
@@ -202,7 +202,7 @@ def main() -> None:
         + ", ".join(f"{k} {v:.2f}" for k, v in result["step_breakdown_ms"].items())
     )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+    Path(args.output).write_text(json.dumps(repo_relative(result), indent=1) + "\n")
 
 
 if __name__ == "__main__":

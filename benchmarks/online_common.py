@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from osd.conversations import load_conversations, save_conversations
-from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
+from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
 
 NEVER = 10**9  # an update interval no stream reaches: the draft stays as it is
 GAMMA = (
@@ -111,6 +111,6 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
 
 def save_results(out_dir: Path, results: dict, table: str) -> None:
     """results.json and table.md in out_dir; the table is printed too."""
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    (out_dir / "results.json").write_text(json.dumps(repo_relative(results), indent=1))
     (out_dir / "table.md").write_text(table + "\n")
     print(table)

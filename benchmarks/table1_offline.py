@@ -149,13 +149,15 @@ def weights_digest(path: str) -> str | None:
 
 
 def markdown(args: Table1Args, num_eval: int, digests: dict, standard: dict, rows: list[dict]) -> str:
+    from osd.demo import repo_relative
+
     alpha = {(r["sample_source"], r["kl_method"]): r["alpha"] for r in rows}
     lines = [
         f"Offline distillation on the `{args.domain}` domain: eval alpha (greedy, gamma={args.max_propose_num}, "
         f"{num_eval} eval queries, {args.max_new_tokens} new tokens), "
         f"{args.max_steps} steps x {args.batch_size} prompts, lr {args.learning_rate}.",
-        f"Draft {args.draft_path} (weights sha256 {digests['draft_sha256']}), "
-        f"teacher {args.teacher_path} ({digests['teacher_sha256']}).",
+        f"Draft {repo_relative(args.draft_path)} (weights sha256 {digests['draft_sha256']}), "
+        f"teacher {repo_relative(args.teacher_path)} ({digests['teacher_sha256']}).",
         "",
         f"Standard (undistilled draft): alpha = {standard['alpha']:.3f}, "
         f"accepted length = {standard['accepted_length']:.2f}",
@@ -173,7 +175,7 @@ def markdown(args: Table1Args, num_eval: int, digests: dict, standard: dict, row
 
 def main(argv: list[str] | None = None) -> list[dict]:
     (args,) = HfArgumentParser(Table1Args).parse_args_into_dataclasses(args=argv)
-    from osd.demo import DRAFT_PATH, TARGET_PATH, workload_path
+    from osd.demo import DRAFT_PATH, TARGET_PATH, repo_relative, workload_path
     from osd.demo.target import ensure_target
 
     args.draft_path = args.draft_path or str(DRAFT_PATH)
@@ -222,7 +224,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "runs": rows,
         "wall_s": round(time.time() - start),
     }
-    (out / f"table1_offline_{args.domain}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"table1_offline_{args.domain}.json").write_text(
+        json.dumps(repo_relative(result), indent=1) + "\n"
+    )
     print(table)
     return rows
 

@@ -31,6 +31,18 @@ WORKLOAD_DIR = REPO_ROOT / "data" / "local"
 DOMAINS = ("sql", "math", "code", "finance")
 
 
+def repo_relative(obj):
+    """`obj` (a JSON-able structure) with every path string inside this repository made relative to
+    its root, so that recorded results name no machine paths."""
+    if isinstance(obj, dict):
+        return {k: repo_relative(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [repo_relative(v) for v in obj]
+    if isinstance(obj, str) and obj.startswith(f"{REPO_ROOT}/"):
+        return obj[len(str(REPO_ROOT)) + 1 :]
+    return obj
+
+
 def workload_path(domain: str, split: str) -> Path:
     """`data/local/{domain}_{split}.json`; raises naming the known domains for a typo."""
     if domain not in DOMAINS or split not in ("train", "eval"):

@@ -31,8 +31,8 @@ from tqdm.auto import tqdm
 from transformers import PrinterCallback, TrainerCallback
 
 from osd.conversations import save_conversations
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
-from osd.demo.target import ensure_target
+from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
+from osd.demo.target import TARGET_NAME, ensure_target
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer, QueryStats
@@ -124,13 +124,13 @@ def main(argv: list[str] | None = None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), help="stream order of the domains")
-    parser.add_argument("--per_domain", type=int, default=16, help="queries per domain segment")
+    parser.add_argument("--per_domain", type=int, default=12, help="queries per domain segment")
     parser.add_argument(
         "--stream", choices=["abrupt", "mix"], default="abrupt",
         help="abrupt: one segment per domain, in --domains order; mix: the same queries interleaved at random",
     )  # fmt: skip
     parser.add_argument(
-        "--tail", type=int, default=8, help="queries at the end of each segment compared in the tables"
+        "--tail", type=int, default=6, help="queries at the end of each segment compared in the tables"
     )
     parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
     parser.add_argument("--learning_rate", type=float, default=3e-4)
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--gamma", type=int, default=1, help="draft tokens per step (osd.cost_model.best_gamma for this pair)"
     )
-    parser.add_argument("--max_new_tokens", type=int, default=64)
+    parser.add_argument("--max_new_tokens", type=int, default=48)
     parser.add_argument("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
     parser.add_argument("--draft", default=str(DRAFT_PATH), help="draft (student) to start from")
     parser.add_argument("--dtype", default="bfloat16", choices=SERVING_DTYPES, help="the target's dtype")
@@ -209,12 +209,12 @@ def main(argv: list[str] | None = None) -> dict:
         window=args.tail,
         bands=dataset_bands([r["dataset"] for r in stream]) if abrupt else (),
         segment_references={"Standard (same queries)": standard_lines} if abrupt else None,
-        title=f"Online SD, {Path(args.target).name}: {args.per_domain} queries per domain ({args.stream}), "
+        title=f"Online SD, {TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name}: {args.per_domain} queries per domain ({args.stream}), "
         f"update every {args.update_interval}",
     )
     summary = {"args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates,
                "update_time_share": trainer.online.update_time_s / trainer.online.serve_time_s}  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.json").write_text(json.dumps(repo_relative(summary), indent=1))
     print_tables(rows, args.tail, args.gamma)
     print(
         f"update time / serving time: {summary['update_time_share']:.3f} ({trainer.online.updates} updates)"

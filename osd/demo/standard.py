@@ -25,7 +25,7 @@ from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, workload_path
+from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, repo_relative, workload_path
 from osd.demo.step_cost import cost_ratio, step_time
 from osd.prompting import encode_prompt
 from osd.spec import AcceptanceStats, SpeculativeDecoder
@@ -112,6 +112,8 @@ def main() -> None:
     result = {"command": "python -m osd.demo.standard " + " ".join(sys.argv[1:]), "config": asdict(cfg),
               "c": c, "draft_step_ms": t_draft * 1e3, "target_step_ms": t_target * 1e3, "verify_cost": verify_cost,
               "rows": rows, "greedy_identical": len(jobs) - mismatches, "prompts": len(jobs),
+              "sample_answers": {d: tok.decode(outs[0].generated_ids[0], skip_special_tokens=True)
+                                 for d, outs in spec_outputs.items() if outs},
               "seconds": {"wall": total.wall_time_s, "draft": total.draft_time_s, "verify": total.target_time_s,
                           "accept_reject": total.accept_time_s, "cache": total.cache_time_s}}  # fmt: skip
     print(f"\nStandard speculative decoding, gamma={cfg.gamma}, temperature={cfg.temperature}, c={c:.3f}, "
@@ -128,7 +130,7 @@ def main() -> None:
               "(in bf16 a difference can only start at a near-tie of the target's logits)")  # fmt: skip
     if cfg.output:
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.output).write_text(json.dumps(result, indent=1) + "\n")
+        Path(cfg.output).write_text(json.dumps(repo_relative(result), indent=1) + "\n")
 
 
 if __name__ == "__main__":

