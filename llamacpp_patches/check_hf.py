@@ -1,6 +1,6 @@
 """Check llama.cpp's greedy outputs against Hugging Face greedy `generate` on the same prompt ids.
 
-    python -m llamacpp_patches.check_hf --model osd/demo/models/teacher runs/llamacpp/demo/standard.jsonl
+    python -m llamacpp_patches.check_hf --model osd/demo/models/target runs/llamacpp/demo/standard.jsonl
 
 Reads the `mode=baseline` lines (written with `--osd-dump-ids`) of the given model's runs and prints,
 per query, whether HF produced the same tokens and, if not, the first differing position and the gap

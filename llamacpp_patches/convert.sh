@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Convert a Hugging Face model folder to GGUF with the pinned tree's converter, then quantize.
 #   bash llamacpp_patches/convert.sh HF_DIR OUT_DIR/NAME [TYPES...]   # default TYPES: f16 q8_0 q4_0
-#   bash llamacpp_patches/convert.sh osd/demo/models/teacher llamacpp_patches/work/gguf/teacher f16
+#   bash llamacpp_patches/convert.sh osd/demo/models/draft llamacpp_patches/work/gguf/draft f16
 # writes OUT_DIR/NAME-<type>.gguf per type (f32/f16/bf16 straight from the converter, the others
 # via llama-quantize from the f16 file). Run build.sh first (it fetches the tree and llama-quantize).
 set -euo pipefail

@@ -1,8 +1,8 @@
 """Serve conversation files with `llama-osd-stream` (target-only, speculative, draft-only) and report.
 
-    python -m llamacpp_patches.run --target_gguf work/gguf/teacher-f16.gguf \
-        --draft_gguf work/gguf/draft-f16.gguf --tokenizer_path osd/demo/models/teacher \
-        --data_path data/local/gsm8k_eval.json data/local/spider_eval.json --limit 10 --label standard
+    python -m llamacpp_patches.run --target_gguf "$(python -c 'from osd.demo.target import gguf_path; print(gguf_path())')" \
+        --draft_gguf llamacpp_patches/work/gguf/draft-f16.gguf --tokenizer_path osd/demo/models/target \
+        --data_path data/local/sql_eval.json data/local/math_eval.json --limit 10 --label standard
     python -m llamacpp_patches.report runs/llamacpp/*.jsonl     # the table again, over several runs
 
 Writes, under --out_dir: `{label}_queries.json` (the served records) and `{label}.jsonl` (per query:

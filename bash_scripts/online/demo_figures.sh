@@ -4,7 +4,7 @@
 #   Fig. 2 analogue (single domain: online vs Standard vs an offline-distilled draft),
 #   Fig. 3 analogue (abrupt shifts: dip and recovery), gradual drift, routed vs shared drafts,
 #   and the cost of updates (time share, buffer memory). Every query costs ~3 s with this target
-#   (and is served twice, online and static), so the streams are short: about an hour on 2 cores.
+#   (and is served twice, online and static), so the streams are short.
 #
 #   bash bash_scripts/online/demo_figures.sh
 #   SCALE=2 bash bash_scripts/online/demo_figures.sh    # streams twice as long

@@ -41,7 +41,7 @@ from transformers import (
 )
 
 from osd.conversations import assistant_answer, load_conversations, user_query
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
+from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.demo.lm_training import Example, eval_loss, num_params, train_lm
 
 
@@ -157,7 +157,7 @@ def build(cfg: DraftBuildConfig) -> dict:
     shutil.rmtree(tmp, ignore_errors=True)
     draft.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "build_metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    (tmp / "build_metrics.json").write_text(json.dumps(repo_relative(metrics), indent=1) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     shutil.rmtree(work)
