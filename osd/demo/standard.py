@@ -126,8 +126,8 @@ def main() -> None:
               f"{r['eq2']:6.2f}x{r['eq2_measured_verify']:7.2f}x")  # fmt: skip
     print("SD wall time " + ", ".join(f"{k} {v:.1f} s" for k, v in result["seconds"].items()))
     if cfg.temperature == 0:
-        print(f"greedy outputs identical to target-only decoding: {len(jobs) - mismatches}/{len(jobs)} prompts "
-              "(in bf16 a difference can only start at a near-tie of the target's logits)")  # fmt: skip
+        print(f"greedy outputs identical to target-only decoding: {len(jobs) - mismatches}/{len(jobs)} prompts"
+              + (" (in bf16 a difference can only start at a near-tie of the target's logits)" if cfg.dtype != "float32" else ""))  # fmt: skip
     if cfg.output:
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.output).write_text(json.dumps(repo_relative(result), indent=1) + "\n")
