@@ -49,7 +49,10 @@ def _greedy_matches_generate(draft, target, tok, domain: str, max_new_tokens: in
         assert ours == expected
     elif i is not None:
         logits = out.target_logits[i].float()
-        assert (logits[ours[i]] - logits[expected[i]]).abs() <= ulps * BF16_EPS * logits.abs().max(), (domain, i)
+        assert (logits[ours[i]] - logits[expected[i]]).abs() <= ulps * BF16_EPS * logits.abs().max(), (
+            domain,
+            i,
+        )
     else:
         assert ours == expected
     assert 0.0 <= out.alpha <= 1.0
