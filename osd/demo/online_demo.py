@@ -32,7 +32,7 @@ from transformers import PrinterCallback, TrainerCallback
 
 from osd.conversations import save_conversations
 from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
-from osd.demo.target import TARGET_NAME, ensure_target
+from osd.demo.target import TARGET_NAME
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer, QueryStats
@@ -164,8 +164,6 @@ def main(argv: list[str] | None = None) -> dict:
         random.Random(0).shuffle(stream)
     save_conversations(stream, out / "stream.json")
 
-    if Path(args.target) == TARGET_PATH:
-        ensure_target()
     tokenizer = load_tokenizer(args.target, None)
     teacher = load_model(args.target, args.dtype, None).eval()
     draft = load_model(args.draft, "float32", None)
