@@ -31,7 +31,7 @@ from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
 from osd.demo import TARGET_PATH, repo_relative
 from osd.demo.step_cost import step_time, synchronize
-from osd.demo.target import ensure_target
+from osd.demo.target import ensure_if_demo_target
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
@@ -109,8 +109,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    if Path(args.target) == TARGET_PATH:
-        ensure_target()
+    ensure_if_demo_target(args.target)
     tok = AutoTokenizer.from_pretrained(args.target)
     target = (
         AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(device).eval()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 
 import torch
 from transformers import (
@@ -30,7 +29,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from osd.demo import TARGET_PATH
+from osd.demo.target import ensure_if_demo_target
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
@@ -45,19 +44,11 @@ def resolve_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def _materialise_demo_target(path: str) -> None:
-    """The demo target's folder is converted from its package on first use (osd.demo.target)."""
-    if Path(path).resolve() == TARGET_PATH:
-        from osd.demo.target import ensure_target
-
-        ensure_target()
-
-
 def load_model(
     path: str, dtype: str, cache_dir: str | None, device_map: str | None = None
 ) -> PreTrainedModel:
     """A causal LM or, when the config says so, an encoder-decoder (T5) model; hub name or local path."""
-    _materialise_demo_target(path)
+    ensure_if_demo_target(path)  # the demo target is converted from its package on first use
     config = AutoConfig.from_pretrained(path, cache_dir=cache_dir)
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     return auto.from_pretrained(path, cache_dir=cache_dir, dtype=resolve_dtype(dtype), device_map=device_map)
@@ -65,7 +56,7 @@ def load_model(
 
 def load_tokenizer(path: str, cache_dir: str | None) -> PreTrainedTokenizerBase:
     """The teacher's tokenizer, with a pad token (unk, else eos, as the reference) when it has none."""
-    _materialise_demo_target(path)
+    ensure_if_demo_target(path)  # the demo target is converted from its package on first use
     tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir)
     if tokenizer.pad_token is None:
         fallback = tokenizer.unk_token or tokenizer.eos_token

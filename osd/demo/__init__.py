@@ -62,10 +62,9 @@ def load_demo_pair(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if Path(target_path) == TARGET_PATH:
-        from osd.demo.target import ensure_target
+    from osd.demo.target import ensure_if_demo_target
 
-        ensure_target()
+    ensure_if_demo_target(target_path)
     for path in (draft_path, target_path):
         if not (Path(path) / "config.json").exists():
             raise FileNotFoundError(

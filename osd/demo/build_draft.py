@@ -43,6 +43,7 @@ from transformers import (
 from osd.conversations import assistant_answer, load_conversations, user_query
 from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.demo.lm_training import Example, eval_loss, num_params, train_lm
+from osd.demo.target import ensure_if_demo_target
 
 
 @dataclass
@@ -125,10 +126,7 @@ def make_draft(cfg: DraftBuildConfig, tok: PreTrainedTokenizerBase, vocab_size: 
 def build(cfg: DraftBuildConfig) -> dict:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    if Path(cfg.target) == TARGET_PATH:
-        from osd.demo.target import ensure_target
-
-        ensure_target()
+    ensure_if_demo_target(cfg.target)
     out = Path(cfg.out_dir)
     work = out.with_name(out.name + ".build")
     work.mkdir(parents=True, exist_ok=True)

@@ -77,6 +77,12 @@ def ensure_target(out_dir: str | Path = TARGET_PATH) -> Path:
     return out_dir
 
 
+def ensure_if_demo_target(path: str | Path) -> None:
+    """Convert the demo target first when `path` names its folder (loaders call this; a no-op otherwise)."""
+    if Path(path).resolve() == TARGET_PATH:
+        ensure_target()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
