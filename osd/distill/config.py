@@ -167,6 +167,14 @@ class DistillTrainingArguments(TrainingArguments):
             "(float32) weights; default: serve the student itself."
         },
     )
+    online_background_update: bool = field(
+        default=False,
+        metadata={
+            "help": "Online mode: compute each update (the student's forward and backward on the buffer) in a "
+            "background thread while the next query is served, then step the optimizer and swap the serving "
+            "copy between queries; the updated draft serves one query later than without it. Needs a spare core."
+        },
+    )
     # Changed defaults. The reference trains with adamw_torch; "Standard" speculative decoding is
     # measured before the first step; the collated batches carry prompt_ids and group names that
     # the model's forward does not take, so Trainer must not drop "unused" columns.

@@ -11,6 +11,13 @@ The loop, one query per Trainer step (`OnlineDistillTrainer.training_step`):
             --kl_method divergence at the loss positions against the buffered target logits (no
             second teacher forward), backward, then Trainer's optimizer step; the buffer is cleared.
 
+With --online_background_update the update leaves the serving path: an update due after query n
+runs its forward and backward in a worker thread while query n + 1 is served (by the serving copy,
+never the student being trained), then the optimizer steps and the serving copy is swapped between
+queries (`_apply_update`). Query n + 1 is therefore served by the draft before the update, and every
+update uses the same weights and buffer as without the flag. Serving and the update each run on
+their own core (torch ops release the GIL; one intra-op thread each).
+
 Symbols: T prompt length, N generated tokens, W loss positions of a query, V vocabulary.
 
 Positions. For a decoder-only model the served sequence is S = prompt (T) + generated (N).
@@ -47,6 +54,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,7 +202,9 @@ class OnlineState:
     updates: int = 0
     losses: list[float] = field(default_factory=list)  # update losses not yet logged
     serve_time_s: float = 0.0
+    # updates' time on the serving path (a background update: the wait for it, the step, the swap)
     update_time_s: float = 0.0
+    background_update_time_s: float = 0.0  # --online_background_update: the worker's forward and backward
     max_buffer_bytes: int = 0
     alpha_sum: float = 0.0  # running totals for the cumulative alpha
     num_proposed: int = 0
@@ -216,7 +226,11 @@ class OnlineState:
             "proposed": sum(q.num_proposed for q in recent),  # the weight of "alpha" when aggregating entries
             "queries": len(self.queries),
             "online_updates": self.updates,
+            "serve_time_s": self.serve_time_s,  # the engine's time on every query so far
             "update_time_share": self.update_time_s / self.serve_time_s if self.serve_time_s else 0.0,
+            "background_update_share": self.background_update_time_s / self.serve_time_s
+            if self.serve_time_s
+            else 0.0,
             "buffer_peak_mb": self.max_buffer_bytes / 2**20,
         }
         groups = {value for q in recent for value in q.groups.values()}
@@ -289,6 +303,7 @@ class OnlineDistillTrainer(DistillTrainer):
         self._updated_this_step = False
         self._serving: dict[str, PreTrainedModel] = {}  # --draft_serving_dtype copies, per buffer key
         self._stale: set[str] = set()  # keys whose draft was updated since its copy was made
+        self._worker: ThreadPoolExecutor | None = None  # --online_background_update
         self.add_callback(_OptimizerTimer(self))
 
     # ---- the loop -------------------------------------------------------------------------
@@ -299,31 +314,42 @@ class OnlineDistillTrainer(DistillTrainer):
         """Serve one query, buffer it, and every --online_update_interval queries distil on the buffer."""
         input_ids, groups = self._query(inputs)  # [1, T]
         key, draft = self._route(model, input_ids, groups)
-        out = self._serve(self._serving_draft(key, draft), input_ids)
+        serving = self._serving_draft(key, draft)  # refreshed before a background update starts
+        background = self._start_due_update() if self.args.online_background_update else None
+        out = self._serve(serving, input_ids)
         self.online.add(QueryStats.of(out, groups))
         self._updated_this_step = False
+        loss = torch.zeros((), device=self.args.device)
+        if background is not None:
+            loss = self._finish_background_update(background)
         if self.args.online_update_interval > self.state.max_steps:
             # the stream ends before the first update: a static run (Standard SD), nothing to keep
-            return torch.zeros((), device=self.args.device)
+            return loss
         buffer = self.buffers.setdefault(key, [])
         buffer.append(buffer_query(input_ids, out, self.args.online_loss_positions, self.buffer_dtype))
         self.online.max_buffer_bytes = max(self.online.max_buffer_bytes, self._buffer_bytes())
-        self._updated_this_step = len(buffer) >= self.args.online_update_interval
-        if not self._updated_this_step:
-            return torch.zeros((), device=self.args.device)
+        due = len(buffer) >= self.args.online_update_interval
+        last_query = self.state.global_step + 1 >= self.state.max_steps
+        if not due or (self.args.online_background_update and not last_query):
+            return loss  # a due background update starts with the next query
+        self._updated_this_step = True  # (the stream's last update has no query to overlap: it runs here)
         loss = self._update(draft, buffer)
         buffer.clear()
         self._stale.add(key)  # Trainer steps the optimizer after this: the serving copy is out of date
         return loss
 
     def _serving_draft(self, key: str, draft: PreTrainedModel) -> PreTrainedModel:
-        """The draft as served: itself, or its copy in --draft_serving_dtype, refreshed after its updates."""
+        """The draft as served: itself, or its copy in --draft_serving_dtype, refreshed after its updates.
+
+        With --online_background_update always a copy: the worker thread trains the draft itself.
+        """
         name = self.args.draft_serving_dtype
-        if name is None or getattr(torch, name) == draft.dtype:
+        dtype = getattr(torch, name) if name is not None else draft.dtype
+        if dtype == draft.dtype and not self.args.online_background_update:
             return draft
         start = time.perf_counter()
         if key not in self._serving:
-            self._serving[key] = copy.deepcopy(draft).to(getattr(torch, name)).eval()
+            self._serving[key] = copy.deepcopy(draft).to(dtype).eval()
         elif key in self._stale:
             self._serving[key].load_state_dict(draft.state_dict())  # casts to the copy's dtype
         else:
@@ -353,24 +379,72 @@ class OnlineDistillTrainer(DistillTrainer):
     def _update(self, draft: PreTrainedModel, buffer: list[BufferedQuery]) -> torch.Tensor:
         """Back-propagate the distillation loss on the buffer (Trainer then steps the optimizer)."""
         start = time.perf_counter()
+        loss = self._backward(draft, buffer)
+        self.online.update_time_s += time.perf_counter() - start
+        return self._count_update(loss)
+
+    def _backward(self, draft: PreTrainedModel, buffer: list[BufferedQuery]) -> torch.Tensor | None:
+        """The buffer's distillation loss, back-propagated into the draft's grads (None: no loss position)."""
         draft.train()
+        # autocast is per thread: entered in the thread that computes
         with self.compute_loss_context_manager():
-            loss = distillation_loss(
+            return distillation_loss(
                 draft,
                 buffer,
                 self.divergence,
                 self.args.distill_temperature,
                 backward=self.accelerator.backward,
             )
+
+    def _count_update(self, loss: torch.Tensor | None) -> torch.Tensor:
         self.online.updates += 1
         if loss is None:  # nothing was wrong: no gradient, the optimizer step leaves the draft as it is
-            loss = torch.zeros((), device=self.args.device)
-        else:
-            self.online.losses.append(loss.item())
-        self.online.update_time_s += time.perf_counter() - start
+            return torch.zeros((), device=self.args.device)
+        self.online.losses.append(loss.item())
         return loss.to(self.args.device)
 
+    # ---- --online_background_update ---------------------------------------------------------
+
+    def _worker_pool(self) -> ThreadPoolExecutor:
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osd-online-update")
+        return self._worker
+
+    def _start_due_update(self) -> Future | None:
+        """Start, in the worker thread, the update of a buffer that filled at the previous query."""
+        due = [k for k, b in self.buffers.items() if len(b) >= self.args.online_update_interval]
+        if not due:
+            return None
+        key = due[0]  # one query per step: at most one buffer fills at a time
+        return self._worker_pool().submit(self._background_backward, key, self.buffers.pop(key))
+
+    def _background_backward(
+        self, key: str, buffer: list[BufferedQuery]
+    ) -> tuple[str, torch.Tensor | None, float]:
+        """Worker thread: forward and backward on a buffer (the draft's weights do not change meanwhile)."""
+        start = time.perf_counter()
+        loss = self._backward(self._draft_for(key), buffer)
+        return key, loss, time.perf_counter() - start
+
+    def _finish_background_update(self, job: Future) -> torch.Tensor:
+        """Wait for a background update, step the optimizer on its grads, and mark the serving copy stale."""
+        start = time.perf_counter()
+        key, loss, compute_s = job.result()  # the wait, if any, is on the serving path
+        self.online.background_update_time_s += compute_s
+        model = self.accelerator.unwrap_model(self.model)
+        if self.args.max_grad_norm > 0:
+            self._clip_grad_norm(model)
+        self.optimizer.step()  # Trainer's own step after this query finds no grads and changes nothing
+        model.zero_grad()
+        self._stale.add(key)
+        self.online.update_time_s += time.perf_counter() - start
+        return self._count_update(loss)
+
     # ---- hooks that routing.py overrides ---------------------------------------------------
+
+    def _draft_for(self, key: str) -> PreTrainedModel:
+        """The draft that buffer `key` trains (the one shared draft here)."""
+        return self.accelerator.unwrap_model(self.model)
 
     def _route(
         self, model: nn.Module, input_ids: torch.Tensor, groups: dict[str, str]

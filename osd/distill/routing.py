@@ -107,6 +107,9 @@ class RoutedOnlineDistillTrainer(OnlineDistillTrainer):
             raise ValueError(f"the router chose draft '{route}', but the drafts are {list(drafts)}")
         return route, drafts[route]
 
+    def _draft_for(self, key: str) -> PreTrainedModel:
+        return self.accelerator.unwrap_model(self.model).drafts[key]
+
     def evaluate(self, *args, **kwargs) -> dict[str, float]:
         raise ValueError(
             "a routed run measures alpha on the stream it serves (alpha_{group} in its logs); "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 
 import pytest
 import torch
@@ -243,21 +244,26 @@ class StopAt(TrainerCallback):
             raise KeyboardInterrupt
 
 
-def test_resume_continues_exactly_without_lost_or_duplicated_metrics(tmp_path):
+@pytest.mark.parametrize(
+    "background, save_steps, stop",
+    [(False, 3, 5), (True, 2, 3)],  # checkpoint-3: one buffered query; checkpoint-2: a background update due
+)
+def test_resume_continues_exactly_without_lost_or_duplicated_metrics(tmp_path, background, save_steps, stop):
     draft, target = make_pair()
     stream = write_stream(tmp_path / "stream.json", 8)
-    save = dict(save_strategy="steps", save_steps=3, online_update_interval=2)
+    save = dict(save_strategy="steps", save_steps=save_steps, online_update_interval=2,
+                online_background_update=background)  # fmt: skip
 
     reference = make_trainer(tmp_path / "uninterrupted", stream, copy.deepcopy(draft), target, **save)
     reference.train()
     expected = online_entries(tmp_path / "uninterrupted" / "run")
 
     interrupted = make_trainer(tmp_path, stream, copy.deepcopy(draft), target, **save)
-    interrupted.add_callback(StopAt(5))  # checkpoint-3 holds one buffered query (interval 2)
+    interrupted.add_callback(StopAt(stop))
     with pytest.raises(KeyboardInterrupt):
         interrupted.train()
-    # step 4 was logged after checkpoint-3 (and step 5 interrupted before its log): lost with the run
-    assert [e["step"] for e in online_entries(tmp_path / "run")] == [1, 2, 3, 4]
+    # steps after the checkpoint were logged (the stopped one was interrupted before its log): lost with the run
+    assert [e["step"] for e in online_entries(tmp_path / "run")] == list(range(1, stop))
 
     resumed = make_trainer(tmp_path, stream, copy.deepcopy(draft), target, **save)
     resumed.train(resume_from_checkpoint=True)
@@ -367,3 +373,35 @@ def test_bf16_serving_copy_follows_the_float32_student(tmp_path):
     assert torch.equal(served[3][name], served[2][name])
     final = trainer._serving_draft("shared", draft).state_dict()[name]
     torch.testing.assert_close(final, draft.state_dict()[name].to(torch.bfloat16), rtol=0, atol=0)
+
+
+def test_background_update_takes_the_same_steps_one_query_later(tmp_path):
+    """--online_background_update: each update computes the grads it would without the flag (same weights, same
+    buffer) in a worker thread, and the updated draft serves one query later. With the loss on every generated
+    token and greedy serving, the buffers do not depend on the draft, so the final weights must agree."""
+    stream = write_stream(tmp_path / "stream.json", 8)
+    runs = {}
+    for background in (False, True):
+        draft, target = make_pair()
+        trainer = make_trainer(tmp_path / f"background_{background}", stream, draft, target,
+                               online_loss_positions="all", online_background_update=background)  # fmt: skip
+        served, threads = [], set()
+        serve_, backward_ = trainer._serve, trainer._backward
+        trainer._serve = lambda model, ids, served=served, serve_=serve_: (
+            served.append({k: v.clone() for k, v in model.state_dict().items()}) or serve_(model, ids)
+        )
+        trainer._backward = lambda *a, threads=threads, backward_=backward_: (
+            threads.add(threading.get_ident()) or backward_(*a)
+        )
+        trainer.train()
+        assert trainer.online.updates == 4
+        runs[background] = draft, trainer, served, threads
+    (draft_sync, _, served_sync, _), (draft_bg, trainer_bg, served_bg, threads_bg) = runs[False], runs[True]
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert not torch.allclose(served_sync[0][name], draft_sync.state_dict()[name], atol=1e-3)  # it did learn
+    for i in range(1, 8):  # query i is served by the draft that served query i - 1 without the flag
+        torch.testing.assert_close(served_bg[i][name], served_sync[i - 1][name])
+    torch.testing.assert_close(draft_bg.state_dict(), draft_sync.state_dict())
+    assert threading.get_ident() in threads_bg and len(threads_bg) == 2  # 3 in the worker, the last one here
+    assert trainer_bg._serving["shared"] is not draft_bg  # the worker trains the student, a copy serves
+    assert trainer_bg.online.background_update_time_s > 0
