@@ -191,6 +191,28 @@ class SpeculativeDecoder:
                 break
         return state.to_output(eos, time.perf_counter() - start)
 
+    def generate_batch(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        eos_token_id: int | list[int] | None = None,
+        generator: torch.Generator | None = None,
+        return_target_logits: bool = False,
+    ) -> list[SpecOutput]:
+        """Generate for B prompts at once: input_ids [B, T], attention_mask [B, T] with 0 at padding
+        (left padding, as HF generate; the encoder input for seq2seq models). Returns one SpecOutput
+        per row, as `generate` on that row alone would (generated_ids [1, N_i], no padding); the
+        timings are the batch's. Layout and guarantees: `osd.spec.batched`."""
+        from osd.spec.batched import generate_batch
+
+        return generate_batch(
+            self, input_ids, attention_mask, max_new_tokens, temperature, top_p, eos_token_id, generator,
+            return_target_logits,
+        )  # fmt: skip
+
     def _step(
         self,
         s: _DecodeState,

@@ -65,16 +65,38 @@ def accept_reject(
     Token x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i)) (u_i * q < p, which also
     covers q = 0); the first rejection ends the step. Returns the emitted token as a 0-d tensor.
     """
-    k = draft_tokens.shape[0]
-    idx = torch.arange(k, device=p.device)
-    p_x = p[idx, draft_tokens]  # [k]
-    q_x = q[idx, draft_tokens]  # [k]
-    accepted = (uniforms * q_x < p_x).long()  # [k]; greedy: p_x is 1 at the target argmax, else 0
-    n = int(accepted.cumprod(0).sum())
-    if n == k:
-        return n, sample(p[k], generator)  # bonus token from p
-    residual = torch.clamp(p[n] - q[n], min=0.0)  # [V]
-    total = residual.sum()
-    # p == q at this position cannot reject (u*q < p always), so total > 0 here up to rounding
-    residual = residual / total if total > 0 else p[n]
+    limit = torch.tensor([draft_tokens.shape[0]], device=p.device)
+    n, token = accept_reject_rows(draft_tokens[None], p[None], q[None], uniforms[None], limit, generator)
+    return int(n[0]), token[0]
+
+
+def accept_reject_rows(
+    draft_tokens: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    uniforms: torch.Tensor,
+    limits: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`accept_reject` for B rows at once, row b counting only its first limits[b] proposals.
+
+    draft_tokens: [B, k]; p: [B, k + 1, V]; q: [B, k, V]; uniforms: [B, k]; limits: [B] (<= k).
+    Returns n [B] accepted per row and the token [B] each row emits after them: sampled from
+    normalize(max(p - q, 0)) at the first rejection, or the bonus from p[limit] when all were accepted.
+    """
+    B, k = draft_tokens.shape
+    rows = torch.arange(B, device=p.device)
+    p_x = p[:, :k].gather(2, draft_tokens[..., None])[..., 0]  # [B, k]
+    q_x = q.gather(2, draft_tokens[..., None])[..., 0]  # [B, k]
+    proposed = torch.arange(k, device=p.device)[None, :] < limits[:, None]  # [B, k]
+    # greedy: p_x is 1 at the target argmax, else 0
+    accepted = (uniforms * q_x < p_x) & proposed
+    n = accepted.long().cumprod(1).sum(1)  # [B]
+    p_n = p[rows, n]  # [B, V]
+    rejected = (n < limits)[:, None]  # [B, 1]; else the bonus: q counts as 0
+    q_n = q[rows, n.clamp(max=k - 1)] * rejected if k > 0 else torch.zeros_like(p_n)
+    residual = torch.clamp(p_n - q_n, min=0.0)  # [B, V]
+    total = residual.sum(-1, keepdim=True)
+    # p == q at this position cannot reject (u*q < p always), so total > 0 there up to rounding
+    residual = torch.where(total > 0, residual / total.clamp(min=1e-30), p_n)
     return n, sample(residual, generator)

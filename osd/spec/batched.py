@@ -1,0 +1,349 @@
+"""Batched speculative decoding: B prompts decoded together, every row accepting its own number of
+draft tokens at every step (`SpeculativeDecoder.generate_batch`; `generate` stays the B = 1 engine).
+
+Cache layout. Draft and target each keep one KV cache for the rows still decoding, right-aligned:
+row i's m_i cached tokens fill the last m_i slots, the slots before them are padding that the
+attention mask hides, and row i's position ids count its own tokens only. Every forward feeds the
+same number u of tokens to each row (its committed tokens the model has not seen, left-padded only
+where the row's cache is empty, i.e. at the prefill), so the right alignment survives it. After a
+step each cache is compacted (`_RowCache.keep`): row i keeps its committed prefix, the tokens it
+accepted included (no row is rolled back to the batch's shortest acceptance), shifted right so that
+all rows end at the last slot; rows that finished (EOS or length) leave the batch and cost nothing
+more. Within a row, relative positions are those of the row alone, so encoder-decoder (T5) models
+decode exactly too. Compaction is one gather over each cache per step, or a plain crop when every
+row drops the same number of slots (B = 1, or all rows accepting alike).
+
+Step. k = max_i k_i with k_i = min(gamma, remaining_i - 1): every row proposes and verifies k draft
+tokens but counts only its first k_i (and none after a drafted EOS), so its accepted lengths, exact
+alpha, wrong positions and output are those of `generate` on that row alone (greedy: identical
+tokens; sampling: every row distributed as the target's).
+
+Symbols: B rows, k proposals per step, V shared vocabulary, W cache width (slots).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
+
+from osd.spec.decoder import SpecOutput, SpeculativeDecoder, accepts_logits_to_keep
+from osd.spec.sampling import accept_reject_rows, acceptance_probability, logits_to_probs, sample
+
+PAD_ID = 0  # fed at padded slots; masked, so any valid id does
+
+
+@dataclass
+class _RowCache:
+    """One model's right-aligned KV cache over the active rows (encoder run once for seq2seq models)."""
+
+    model: PreTrainedModel
+    encoder_outputs: BaseModelOutput | None  # [B, S, H] for encoder-decoder models
+    encoder_mask: torch.Tensor | None  # [B, S]
+    lengths: torch.Tensor  # [B] cached tokens per row
+    cache: DynamicCache | EncoderDecoderCache = field(init=False)
+    keeps_logits: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        seq2seq = self.model.config.is_encoder_decoder
+        self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache()) if seq2seq else DynamicCache()
+        self.keeps_logits = accepts_logits_to_keep(self.model)
+
+    @classmethod
+    def start(cls, model: PreTrainedModel, input_ids: torch.Tensor, mask: torch.Tensor) -> _RowCache:
+        """An empty cache for B rows; for seq2seq models the encoder runs here on input_ids [B, S]."""
+        empty = torch.zeros(input_ids.shape[0], dtype=torch.long)
+        if not model.config.is_encoder_decoder:
+            return cls(model, None, None, empty)
+        ids, mask = input_ids.to(model.device), mask.to(model.device)
+        return cls(model, model.get_encoder()(input_ids=ids, attention_mask=mask), mask, empty)
+
+    @property
+    def width(self) -> int:
+        return self.cache.get_seq_length()
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor, num_logits: int) -> torch.Tensor:
+        """Feed tokens [B, u] (mask [B, u]: 0 at left padding) after the cache; logits [B, num_logits, V]."""
+        device = self.model.device
+        tokens, mask, lengths = tokens.to(device), mask.to(device), self.lengths.to(device)
+        slots = torch.arange(self.width, device=device)  # [W]
+        cached = (slots[None, :] >= self.width - lengths[:, None]).long()  # [B, W]
+        attention = torch.cat([cached, mask], 1)  # [B, W + u]
+        kwargs = {"past_key_values": self.cache, "use_cache": True}
+        if self.keeps_logits:
+            kwargs["logits_to_keep"] = num_logits
+        if self.encoder_outputs is not None:
+            out = self.model(
+                encoder_outputs=self.encoder_outputs,
+                attention_mask=self.encoder_mask,
+                decoder_input_ids=tokens,
+                decoder_attention_mask=attention,
+                **kwargs,
+            )
+        else:
+            positions = (lengths[:, None] + mask.cumsum(1) - 1).clamp(min=0)  # [B, u]: pads excluded
+            out = self.model(input_ids=tokens, attention_mask=attention, position_ids=positions, **kwargs)
+        self.cache = out.past_key_values
+        self.lengths = self.lengths + mask.sum(1).cpu()
+        return out.logits[:, -num_logits:]
+
+    def keep(self, keep: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        """Row i keeps its first keep[i] cached tokens, right-aligned; with `rows`, only those rows stay."""
+        if rows is not None and len(rows) < len(self.lengths):
+            self._select_rows(rows)
+            keep, self.lengths = keep[rows], self.lengths[rows]
+        dropped = self.lengths - keep  # [B]
+        if len(dropped) == 0 or bool((dropped == 0).all()):
+            return
+        if bool((dropped == dropped[0]).all()):  # the same for every row: the tail slots go
+            self.cache.crop(-int(dropped[0]))
+        else:
+            width, new_width = self.width, int(keep.max())
+            offset = torch.arange(new_width)[None, :] - (new_width - keep)[:, None]  # [B, W']: < 0 at padding
+            index = (width - self.lengths)[:, None] + offset.clamp(min=0)  # [B, W'] old slot of each new one
+            for layer in self._self_attention_layers():
+                idx = index.to(layer.keys.device)[:, None, :, None]
+                layer.keys = layer.keys.gather(
+                    2, idx.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+                )
+                layer.values = layer.values.gather(
+                    2, idx.expand(-1, layer.values.shape[1], -1, layer.values.shape[3])
+                )
+        self.lengths = keep.clone()
+
+    def _self_attention_layers(self) -> list:
+        cache = self.cache.self_attention_cache if isinstance(self.cache, EncoderDecoderCache) else self.cache
+        return [layer for layer in cache.layers if layer.keys is not None and layer.keys.numel()]
+
+    def _select_rows(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows.to(self.model.device))
+        if self.encoder_outputs is not None:
+            hidden = self.encoder_outputs.last_hidden_state[rows.to(self.model.device)]
+            self.encoder_outputs = BaseModelOutput(last_hidden_state=hidden)
+            self.encoder_mask = self.encoder_mask[rows.to(self.model.device)]
+
+    def feed_unseen(self, tokens: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The committed tokens each row has not fed yet, as [B, u] ids and mask (u the same for all rows).
+
+        Rows with fewer unseen tokens drop their last cached ones (re-fed); a row with an empty cache
+        is left-padded.
+        """
+        lengths = torch.tensor([len(t) for t in tokens])  # [B]
+        u = int((lengths - self.lengths).max())
+        self.keep(torch.minimum(self.lengths, (lengths - u).clamp(min=0)))
+        ids = torch.full((len(tokens), u), PAD_ID, dtype=torch.long)
+        mask = torch.zeros((len(tokens), u), dtype=torch.long)
+        for i, (row, cached) in enumerate(zip(tokens, self.lengths.tolist(), strict=True)):
+            unseen = row[cached:]
+            ids[i, u - len(unseen) :] = torch.tensor(unseen)
+            mask[i, u - len(unseen) :] = 1
+        return ids, mask
+
+
+@dataclass
+class _Row:
+    """Bookkeeping of one row (as `_DecodeState` for `generate`)."""
+
+    tokens: list[int]  # committed: prompt (or decoder start), then generated
+    prompt_len: int
+    budget: int  # tokens this row may generate
+    alpha_sum: float = 0.0
+    num_proposed: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    wrong_positions: list[int] = field(default_factory=list)
+    target_rows: list[torch.Tensor] = field(default_factory=list)
+    num_target_calls: int = 0
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+
+@dataclass
+class _Timers:
+    draft: float = 0.0
+    target: float = 0.0
+    accept: float = 0.0
+    cache: float = 0.0
+
+
+@torch.inference_mode()
+def generate_batch(
+    decoder: SpeculativeDecoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    eos_token_id: int | list[int] | None = None,
+    generator: torch.Generator | None = None,
+    return_target_logits: bool = False,
+) -> list[SpecOutput]:
+    """See `SpeculativeDecoder.generate_batch`."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"generate_batch takes input_ids of shape [B, T], got {tuple(input_ids.shape)}")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    start = time.perf_counter()
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    if mask.shape != input_ids.shape:
+        raise ValueError(
+            f"attention_mask {tuple(mask.shape)} must have input_ids' shape {tuple(input_ids.shape)}"
+        )
+    prompts = [ids[m.bool()].tolist() for ids, m in zip(input_ids.cpu(), mask.cpu(), strict=True)]
+    if not all(prompts):
+        raise ValueError(f"rows {[i for i, p in enumerate(prompts) if not p]} of input_ids are all padding")
+    if decoder.is_encoder_decoder:
+        prefixes = [[decoder.target.config.decoder_start_token_id] for _ in prompts]
+    else:
+        prefixes = prompts
+    rows = []
+    for i, prefix in enumerate(prefixes):
+        room = max_new_tokens if decoder.context_limit is None else decoder.context_limit - len(prefix)
+        if room <= 0:
+            raise ValueError(
+                f"row {i}: prompt of {len(prefix)} tokens leaves no room within the models' context "
+                f"of {decoder.context_limit}"
+            )
+        rows.append(_Row(tokens=list(prefix), prompt_len=len(prefix), budget=min(max_new_tokens, room)))
+    eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+    draft = _RowCache.start(decoder.draft, input_ids, mask)
+    target = _RowCache.start(decoder.target, input_ids, mask)
+    timers = _Timers()
+    active = list(range(len(rows)))  # rows still decoding, in cache order
+    while active:
+        finished = _step(decoder, [rows[i] for i in active], draft, target, eos, temperature, top_p, generator,
+                         return_target_logits, timers)  # fmt: skip
+        active = [i for i, done in zip(active, finished, strict=True) if not done]
+    wall = time.perf_counter() - start
+    return [_output(row, eos, timers, wall) for row in rows]
+
+
+def _step(
+    decoder: SpeculativeDecoder,
+    rows: list[_Row],
+    draft: _RowCache,
+    target: _RowCache,
+    eos: set[int],
+    temperature: float,
+    top_p: float,
+    gen: torch.Generator | None,
+    keep_logits: bool,
+    timers: _Timers,
+) -> list[bool]:
+    """One propose / verify / accept-reject step over the active rows; returns which rows finished."""
+    V = decoder.vocab_size
+    t0 = time.perf_counter()
+    committed = torch.tensor([len(r.tokens) for r in rows])  # [B]
+    limits = torch.tensor([min(decoder.gamma, r.budget - r.num_generated - 1) for r in rows])  # [B] k_i
+    k = int(limits.max())
+    draft_tokens = torch.empty(len(rows), 0, dtype=torch.long)  # [B, k]
+    q = None  # [B, k, V] when sampling
+    if k > 0:
+        draft_tokens, q = _propose(draft, [r.tokens for r in rows], k, V, temperature, top_p, gen)
+    draft_lists = draft_tokens.tolist()  # also waits for the device, so the timings are honest
+    # proposals after a drafted EOS cannot be emitted: do not count them
+    limits = torch.tensor(
+        [
+            next((j + 1 for j, t in enumerate(d[:lim]) if t in eos), lim)
+            for d, lim in zip(draft_lists, limits.tolist(), strict=True)
+        ]
+    )
+    t1 = time.perf_counter()
+    feed, feed_mask = target.feed_unseen([r.tokens for r in rows])
+    verify_in = torch.cat([feed, draft_tokens], 1)  # [B, u + k]
+    verify_mask = torch.cat([feed_mask, torch.ones_like(draft_tokens)], 1)
+    logits = target.forward(verify_in, verify_mask, num_logits=k + 1)[..., :V]  # [B, k + 1, V]
+    t2 = time.perf_counter()
+    draft_tokens, limits = draft_tokens.to(logits.device), limits.to(logits.device)
+    proposed = torch.arange(k, device=logits.device)[None, :] < limits[:, None]  # [B, k]
+    if temperature == 0.0:
+        argmax = logits.argmax(-1)  # [B, k + 1]
+        matches = draft_tokens == argmax[:, :k]  # [B, k]
+        n = (matches & proposed).long().cumprod(1).sum(1)  # [B]
+        next_tokens = argmax.gather(1, n[:, None])[:, 0]  # [B]
+        alphas = matches.float()  # sum_v min(p, q) of two point masses
+    else:
+        p = logits_to_probs(logits, temperature, top_p)  # [B, k + 1, V]
+        q = q.to(p.device) if q is not None else p.new_zeros(len(rows), 0, V)
+        uniforms = torch.rand(len(rows), k, generator=gen, device=gen.device if gen is not None else p.device)
+        n, next_tokens = accept_reject_rows(draft_tokens, p, q, uniforms.to(p.device), limits, gen)
+        alphas = acceptance_probability(p[:, :k], q)  # [B, k]
+    # count positions whose prefix is the committed one: accepted ones and the first rejected
+    counted = torch.minimum(n + 1, limits)  # [B]
+    alpha_sums = (alphas * (torch.arange(k, device=alphas.device)[None, :] < counted[:, None])).sum(1)
+    t3 = time.perf_counter()
+    finished = []
+    for i, row in enumerate(rows):
+        n_i, lim = int(n[i]), int(limits[i])
+        emitted = draft_lists[i][:n_i] + [int(next_tokens[i])]
+        if n_i < lim:
+            row.wrong_positions.append(row.num_generated + n_i)
+        row.accepted_lengths.append(n_i)
+        row.alpha_sum += float(alpha_sums[i])
+        row.num_proposed += int(counted[i])
+        row.num_target_calls += 1
+        if keep_logits:
+            row.target_rows.append(logits[i, : n_i + 1])
+        row.tokens.extend(emitted)
+        finished.append(bool(eos.intersection(emitted)) or row.num_generated >= row.budget)
+    stay = torch.tensor([i for i, done in enumerate(finished) if not done], dtype=torch.long)
+    if len(stay):
+        n = n.cpu()
+        draft.keep(torch.minimum(committed + n, draft.lengths), stay)
+        target.keep(committed + n, stay)  # the newest committed token is fed at the next verification
+    timers.draft += t1 - t0
+    timers.target += t2 - t1
+    timers.accept += t3 - t2
+    timers.cache += time.perf_counter() - t3
+    return finished
+
+
+def _propose(
+    draft: _RowCache,
+    tokens: list[list[int]],
+    k: int,
+    V: int,
+    temperature: float,
+    top_p: float,
+    gen: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """k draft tokens per row after its committed tokens: [B, k], and the draft's q [B, k, V] when sampling."""
+    feed, mask = draft.feed_unseen(tokens)
+    proposed, probs = [], []
+    for _ in range(k):
+        logits = draft.forward(feed, mask, num_logits=1)[:, 0, :V]  # [B, V]
+        if temperature == 0.0:
+            token = logits.argmax(-1)  # [B]
+        else:
+            q_j = logits_to_probs(logits, temperature, top_p)  # [B, V]
+            token = sample(q_j, gen)
+            probs.append(q_j)
+        proposed.append(token.cpu())
+        feed, mask = token[:, None], torch.ones(len(tokens), 1, dtype=torch.long)
+    return torch.stack(proposed, 1), torch.stack(probs, 1) if probs else None
+
+
+def _output(row: _Row, eos: set[int], timers: _Timers, wall_time: float) -> SpecOutput:
+    """The row's SpecOutput; timings are the whole batch's (its rows were decoded together)."""
+    generated = row.tokens[row.prompt_len :]
+    # a step may commit tokens past an EOS that an accepted draft token already emitted
+    cut = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
+    logits = torch.cat(row.target_rows)[:cut] if row.target_rows else None
+    return SpecOutput(
+        generated_ids=torch.tensor([generated[:cut]], dtype=torch.long),
+        alpha_sum=row.alpha_sum,
+        num_proposed=row.num_proposed,
+        accepted_lengths=row.accepted_lengths,
+        wrong_positions=[p for p in row.wrong_positions if p < cut],
+        target_logits=logits,
+        num_target_calls=row.num_target_calls,
+        draft_time_s=timers.draft,
+        target_time_s=timers.target,
+        accept_time_s=timers.accept,
+        cache_time_s=timers.cache,
+        wall_time_s=wall_time,
+    )
