@@ -30,11 +30,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
 from osd.demo import TARGET_PATH, repo_relative
-from osd.demo.step_cost import step_time, synchronize
 from osd.demo.target import ensure_if_demo_target
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
+from osd.spec.timing import step_time, synchronize
 
 DTYPES = ["bfloat16", "float32", "float16"]
 

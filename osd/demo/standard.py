@@ -26,10 +26,11 @@ from transformers import HfArgumentParser
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
 from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, repo_relative, workload_path
-from osd.demo.step_cost import cost_ratio, step_time
+from osd.demo.step_cost import cost_ratio
 from osd.prompting import encode_prompt
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
+from osd.spec.timing import step_time
 
 
 @dataclass

@@ -1,9 +1,8 @@
 """c = draft step time / target step time, measured on this machine.
 
 A step is one cached forward of one new token after a context of `context` tokens (what the
-draft does gamma times per speculative step, and what target-only decoding does per token).
-Times are the median over repetitions, taking the best of several rounds, because on a shared
-machine other processes only ever add time.
+draft does gamma times per speculative step, and what target-only decoding does per token),
+timed by `osd.spec.timing.step_time`.
 
 Usage:
     python -m osd.demo.step_cost                          # the demo pair
@@ -13,41 +12,11 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 from transformers import PreTrainedModel
 
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued CUDA work, so that wall-clock timings are honest (no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
-def step_time(
-    model: PreTrainedModel, context: int = 64, length: int = 1, reps: int = 30, rounds: int = 5
-) -> float:
-    """Seconds for one cached forward of `length` new tokens after `context` tokens
-    (length 1: a decode step; length gamma + 1: a verification pass)."""
-    device = model.device
-    ids = torch.randint(4, model.config.vocab_size, (1, context + length), device=device)  # [1, T + L]
-    cache = model(ids[:, :context], use_cache=True).past_key_values
-    new = ids[:, context:]  # [1, L]
-    best = float("inf")
-    for _ in range(rounds):
-        times = []
-        for _ in range(reps):
-            synchronize(device)
-            start = time.perf_counter()
-            model(new, past_key_values=cache, use_cache=True)
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-            cache.crop(-length)  # transformers 5: drop the tokens just appended, keep the context fixed
-        best = min(best, statistics.median(times))
-    return best
+from osd.spec.timing import step_time
 
 
 def cost_ratio(

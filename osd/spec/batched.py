@@ -238,7 +238,8 @@ def _step(
     V = decoder.vocab_size
     t0 = time.perf_counter()
     committed = torch.tensor([len(r.tokens) for r in rows])  # [B]
-    limits = torch.tensor([min(decoder.gamma, r.budget - r.num_generated - 1) for r in rows])  # [B] k_i
+    gamma = decoder.next_gamma(len(rows))
+    limits = torch.tensor([min(gamma, r.budget - r.num_generated - 1) for r in rows])  # [B] k_i
     k = int(limits.max())
     draft_tokens = torch.empty(len(rows), 0, dtype=torch.long)  # [B, k]
     q = None  # [B, k, V] when sampling
@@ -275,6 +276,8 @@ def _step(
     # count positions whose prefix is the committed one: accepted ones and the first rejected
     counted = torch.minimum(n + 1, limits)  # [B]
     alpha_sums = (alphas * (torch.arange(k, device=alphas.device)[None, :] < counted[:, None])).sum(1)
+    if decoder.policy is not None:
+        decoder.policy.observe(float(alpha_sums.sum()), int(counted.sum()))
     t3 = time.perf_counter()
     finished = []
     for i, row in enumerate(rows):

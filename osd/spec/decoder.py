@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 
+from osd.spec.adaptive import GammaPolicy
 from osd.spec.sampling import accept_reject, acceptance_probability, logits_to_probs, sample
 
 # Draft and target may differ by a few padding rows (e.g. an added [PAD] token, or an embedding
@@ -121,11 +122,26 @@ def _context_limit(model: PreTrainedModel) -> int | None:
 class SpeculativeDecoder:
     """Draft-and-verify decoding whose output is distributed exactly as the target's (batch size 1)."""
 
-    def __init__(self, draft_model: PreTrainedModel, target_model: PreTrainedModel, gamma: int = 5) -> None:
-        if gamma < 1:
+    def __init__(
+        self,
+        draft_model: PreTrainedModel,
+        target_model: PreTrainedModel,
+        gamma: int | str = 5,
+        policy: GammaPolicy | None = None,
+    ) -> None:
+        """gamma: draft tokens per step, or "auto" (chosen per step by `policy`, by default a fresh
+        `GammaPolicy()`; pass one to keep its estimate and measured costs across decoders)."""
+        if gamma == "auto":
+            policy = policy or GammaPolicy()
+            gamma = policy.max_gamma
+        elif policy is not None:
+            raise ValueError(f"a GammaPolicy needs gamma='auto', got gamma={gamma!r}")
+        if not isinstance(gamma, int) or gamma < 1:
             raise ValueError(
-                f"gamma (the number of draft tokens per step, --max_propose_num) must be >= 1, got {gamma}"
+                f"gamma (the number of draft tokens per step, --max_propose_num) must be an integer >= 1 "
+                f"or 'auto', got {gamma!r}"
             )
+        self.policy = policy
         d_enc, t_enc = draft_model.config.is_encoder_decoder, target_model.config.is_encoder_decoder
         if d_enc != t_enc:
             raise ValueError(
@@ -223,7 +239,9 @@ class SpeculativeDecoder:
         gen: torch.Generator | None,
     ) -> list[int]:
         """One propose / verify / accept-reject step; returns the tokens it committed."""
-        k = min(self.gamma, remaining - 1)  # the step always adds one target token after the n accepted
+        k = min(
+            self.next_gamma(1), remaining - 1
+        )  # the step always adds one target token after the n accepted
         L = len(s.tokens)
         t0 = time.perf_counter()
         draft_tokens, q = self._propose(s.draft, s.tokens, k, temperature, top_p, gen)  # [k], [k, V]
@@ -252,7 +270,10 @@ class SpeculativeDecoder:
             alphas = acceptance_probability(p[:k], q)
         # count positions whose prefix is the committed one: accepted ones and the first rejected
         counted = min(n + 1, k)
-        s.alpha_sum += float(alphas[:counted].sum())
+        step_alpha = float(alphas[:counted].sum())
+        s.alpha_sum += step_alpha
+        if self.policy is not None:
+            self.policy.observe(step_alpha, counted)
         t3 = time.perf_counter()
         s.num_proposed += counted
         emitted = draft_list[:n] + [int(next_token)]
@@ -270,6 +291,10 @@ class SpeculativeDecoder:
         s.accept_time += t3 - t2
         s.cache_time += time.perf_counter() - t3
         return emitted
+
+    def next_gamma(self, batch: int) -> int:
+        """Draft tokens to propose at the next step: gamma, or the policy's choice for `batch` rows."""
+        return self.gamma if self.policy is None else self.policy.choose(self.draft, self.target, batch)
 
     def _propose(
         self,

@@ -45,7 +45,9 @@ def test_greedy_rows_equal_the_target_and_the_single_row_engine(pair):
         assert out.accepted_lengths == alone.accepted_lengths
         assert out.wrong_positions == alone.wrong_positions
         assert out.num_proposed == alone.num_proposed and out.alpha_sum == pytest.approx(alone.alpha_sum)
-        scale = float(alone.target_logits.abs().max())  # tiny T5 logits reach ~100: float noise scales with them
+        scale = float(
+            alone.target_logits.abs().max()
+        )  # tiny T5 logits reach ~100: float noise scales with them
         torch.testing.assert_close(out.target_logits, alone.target_logits, rtol=1e-4, atol=1e-4 * scale)
     # rows accepted different numbers of tokens at the same step, or the compaction went untested
     steps = min(len(o.accepted_lengths) for o in outs)
@@ -115,7 +117,9 @@ def test_sampling_keeps_every_row_distributed_as_the_target():
     )
     for r, prompt in enumerate(prompts):
         exact = marginal_second_token(target, prompt)
-        counts = torch.bincount(torch.tensor([o.generated_ids[0, 1] for o in outs[r::2]]), minlength=8).float()
+        counts = torch.bincount(
+            torch.tensor([o.generated_ids[0, 1] for o in outs[r::2]]), minlength=8
+        ).float()
         tv = 0.5 * (counts / counts.sum() - exact).abs().sum()
         # sampling noise: E[TV] <= 0.5 * sqrt(8 / 750) = 0.052
         assert tv < 0.08, (r, tv)

@@ -1,0 +1,50 @@
+"""Wall-clock cost of model forwards on this machine (for c, verify costs and the adaptive gamma).
+
+Times are the median over repetitions, taking the best of several rounds, because on a shared
+machine other processes only ever add time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from transformers import PreTrainedModel
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued CUDA work, so that wall-clock timings are honest (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def step_time(
+    model: PreTrainedModel,
+    context: int = 64,
+    length: int = 1,
+    reps: int = 30,
+    rounds: int = 5,
+    batch: int = 1,
+) -> float:
+    """Seconds for one cached forward of `length` new tokens after `context` tokens, for `batch` rows
+    (length 1: a decode step; length gamma + 1: a verification pass)."""
+    device = model.device
+    if model.config.is_encoder_decoder:
+        raise ValueError("step_time measures decoder-only models")
+    ids = torch.randint(4, model.config.vocab_size, (batch, context + length), device=device)  # [B, T + L]
+    cache = model(ids[:, :context], use_cache=True).past_key_values
+    new = ids[:, context:]  # [B, L]
+    best = float("inf")
+    for _ in range(rounds):
+        times = []
+        for _ in range(reps):
+            synchronize(device)
+            start = time.perf_counter()
+            model(new, past_key_values=cache, use_cache=True)
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+            cache.crop(-length)  # transformers 5: drop the tokens just appended, keep the context fixed
+        best = min(best, statistics.median(times))
+    return best

@@ -1,0 +1,83 @@
+"""gamma="auto": the policy's choice against Eq. 2's closed form, and its fallback to plain decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from osd.cost_model import speedup_measured_verify
+from osd.spec import GammaPolicy, SpeculativeDecoder
+from tests.spec.models import tiny_model
+from tests.spec.test_batched import _left_padded, _prompts
+from tests.spec.test_decoder import _hf_greedy
+
+VERIFY = [1.0, 1.04, 1.09, 1.15, 1.22, 1.3]  # seconds of a target pass over 1..6 tokens (a CPU-like curve)
+
+
+def _policy(draft_s: float = 0.1, **kwargs) -> GammaPolicy:
+    policy = GammaPolicy(max_gamma=len(VERIFY) - 1, **kwargs)
+    for batch in (1, 2, 3):
+        policy.set_costs(batch, draft_s, VERIFY)
+    return policy
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0])
+@pytest.mark.parametrize("draft_s", [0.02, 0.1, 0.4])
+def test_choice_maximises_eq2_with_the_measured_verify_cost(alpha, draft_s):
+    policy = _policy(draft_s, alpha=alpha)
+    target = tiny_model("llama")
+    c = draft_s / VERIFY[0]
+    best = max(range(len(VERIFY)), key=lambda k: speedup_measured_verify(alpha, k, c, VERIFY[k] / VERIFY[0]))
+    assert policy.choose(target, target) == best
+
+
+def test_extremes_plain_decoding_and_the_longest_block():
+    target = tiny_model("llama")
+    assert _policy(alpha=0.0).choose(target, target) == 0
+    assert _policy(alpha=1.0).choose(target, target) == len(VERIFY) - 1
+
+
+def test_useless_draft_falls_back_to_plain_decoding_with_rare_probes():
+    target = tiny_model("llama", layers=3)
+    draft = tiny_model("llama", layers=1, seed=7)  # random weights: agrees with the target by chance only
+    policy = _policy()
+    prompt = _prompts((6,))[0]
+    out = SpeculativeDecoder(draft, target, gamma="auto", policy=policy).generate(prompt, max_new_tokens=60)
+    torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 60), rtol=0, atol=0)
+    assert policy.alpha < 0.2 and policy.choose(draft, target) in (0, 1)
+    # after the first proposals fail, most steps propose nothing (one probe per probe_every steps)
+    assert out.num_proposed < 0.4 * len(out.accepted_lengths), (out.num_proposed, len(out.accepted_lengths))
+
+
+def test_identical_draft_drafts_the_longest_block():
+    target = tiny_model("llama", layers=2)
+    policy = _policy(alpha=0.9)
+    out = SpeculativeDecoder(target, target, gamma="auto", policy=policy).generate(_prompts((5,))[0], 25)
+    assert out.alpha == 1.0 and policy.alpha > 0.9
+    assert out.accepted_lengths[:4] == [policy.max_gamma] * 4
+
+
+def test_batched_rows_stay_exact_with_auto_gamma():
+    target = tiny_model("llama", layers=3)
+    draft = tiny_model("llama", layers=1, seed=7)
+    prompts = _prompts((4, 8, 2))
+    decoder = SpeculativeDecoder(draft, target, gamma="auto", policy=_policy())
+    for prompt, out in zip(
+        prompts, decoder.generate_batch(*_left_padded(prompts), max_new_tokens=30), strict=True
+    ):
+        torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 30), rtol=0, atol=0)
+    assert decoder.policy.alpha < 0.5  # it learned from the batch
+
+
+def test_measured_costs_cover_every_gamma():
+    target, draft = tiny_model("llama", layers=2), tiny_model("llama", layers=1)
+    costs = GammaPolicy(max_gamma=3, context=8).measure_costs(draft, target, batch=2)
+    assert len(costs.verify_s) == 4 and costs.draft_s > 0 and min(costs.verify_s) > 0
+
+
+def test_bad_gamma_values_are_refused():
+    target = tiny_model("llama")
+    with pytest.raises(ValueError, match="'auto'"):
+        SpeculativeDecoder(target, target, gamma="fast")
+    with pytest.raises(ValueError, match="needs gamma='auto'"):
+        SpeculativeDecoder(target, target, gamma=3, policy=GammaPolicy())
