@@ -7,8 +7,8 @@ speculative decoding at each B; writes JSON. On a weight-bandwidth-bound target 
 B x (gamma + 1) tokens costs little more than B x 1, while the draft's share grows with B: Eq. 2 with
 the measured verify cost says how far batching erodes the speedup.
 
-    python benchmarks/bench_batch.py --threads 1                      # B = 1 2 4 8, gamma 1
-    python benchmarks/bench_batch.py --batch_sizes 1 4 --gamma 2 --draft outputs/online_demo/draft
+    python benchmarks/bench_batch.py --threads 1                      # B = 1 2 4 8; gamma 1, 2 and auto
+    python benchmarks/bench_batch.py --batch_sizes 1 4 --gammas 3 auto --draft outputs/online_demo/draft
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument(
         "--num_prompts", type=int, default=8, help="prompts per batch size (a multiple of each B)"
     )
-    ap.add_argument("--gamma", type=int, default=1)
+    ap.add_argument("--gammas", nargs="+", default=["1", "2", "auto"], help="integers, or auto (GammaPolicy)")
     ap.add_argument("--max_new_tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/bench_batch.json")
@@ -63,7 +63,6 @@ def main() -> None:
     draft, target, tok = load_demo_pair(args.draft, args.target, dtype=dtype, draft_dtype=dtype)
     records = [r for path in sorted(WORKLOAD_DIR.glob("*_eval.json")) for r in load_conversations(path)[:2]]
     prompts = [encode_prompt(tok, user_query(r)) for r in records][: args.num_prompts]
-    decoder = SpeculativeDecoder(draft, target, gamma=args.gamma)
     n = args.max_new_tokens
     hf = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": False, "pad_token_id": tok.pad_token_id}
     target.generate(
@@ -75,20 +74,28 @@ def main() -> None:
         base = sum(
             seconds(lambda ids=ids, m=m: target.generate(ids, attention_mask=m, **hf)) for ids, m in batches
         )
-        outs = []
-        spec = sum(
-            seconds(
-                lambda ids=ids, m=m, outs=outs: outs.extend(decoder.generate_batch(ids, m, max_new_tokens=n))
+        for gamma in args.gammas:
+            decoder = SpeculativeDecoder(draft, target, gamma=gamma if gamma == "auto" else int(gamma))
+            if decoder.policy is not None:  # measured once per batch size, outside the timed runs
+                decoder.policy.measure_costs(draft, target, b)
+            outs = []
+            spec = sum(
+                seconds(
+                    lambda ids=ids, m=m, o=outs, d=decoder: o.extend(
+                        d.generate_batch(ids, m, max_new_tokens=n)
+                    )
+                )
+                for ids, m in batches
             )
-            for ids, m in batches
-        )
-        tokens = sum(o.generated_ids.shape[1] for o in outs)
-        proposed = sum(o.num_proposed for o in outs)
-        rows.append({
-            "batch size": b, "target tok/s": len(prompts) * n / base, "spec tok/s": tokens / spec,
-            "speedup": (tokens / spec) / (len(prompts) * n / base),
-            "alpha": sum(o.alpha_sum for o in outs) / proposed if proposed else float("nan"),
-        })  # fmt: skip
+            tokens = sum(o.generated_ids.shape[1] for o in outs)
+            proposed = sum(o.num_proposed for o in outs)
+            steps = sum(len(o.accepted_lengths) for o in outs)
+            rows.append({
+                "batch size": b, "gamma": gamma, "target tok/s": len(prompts) * n / base, "spec tok/s": tokens / spec,
+                "speedup": (tokens / spec) / (len(prompts) * n / base),
+                "alpha": sum(o.alpha_sum for o in outs) / proposed if proposed else float("nan"),
+                "proposed / step": proposed / steps,
+            })  # fmt: skip
     header = list(rows[0])
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for r in rows:
