@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+from transformers import DynamicCache, EncoderDecoderCache, PretrainedConfig, PreTrainedModel
 
 from osd.spec.sampling import accept_reject, acceptance_probability, logits_to_probs, sample
 
@@ -107,12 +107,12 @@ class _CachedModel:
             self.cache.crop(length - len(self))
 
 
-def _context_limit(model: PreTrainedModel) -> int | None:
-    """Longest decoder sequence the model supports (None when positions are relative, e.g. T5)."""
-    if model.config.is_encoder_decoder:
+def context_limit(config: PretrainedConfig) -> int | None:
+    """Longest decoder sequence a model supports (None when positions are relative, e.g. T5)."""
+    if config.is_encoder_decoder:
         return None
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(model.config, name, None)
+        value = getattr(config, name, None)
         if isinstance(value, int):
             return value
     return None
@@ -142,7 +142,11 @@ class SpeculativeDecoder:
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
         self.vocab_size = min(v_draft, v_target)
         self.is_encoder_decoder = t_enc
-        limits = [x for x in (_context_limit(draft_model), _context_limit(target_model)) if x is not None]
+        limits = [
+            x
+            for x in (context_limit(draft_model.config), context_limit(target_model.config))
+            if x is not None
+        ]
         self.context_limit = min(limits) if limits else None
 
     @torch.inference_mode()
