@@ -141,6 +141,11 @@ class SpeculativeDecoder:
             )
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
         self.vocab_size = min(v_draft, v_target)
+        # ids the prompt may hold: rows of both input embeddings
+        self.num_input_ids = min(
+            draft_model.get_input_embeddings().num_embeddings,
+            target_model.get_input_embeddings().num_embeddings,
+        )
         self.is_encoder_decoder = t_enc
         limits = [
             x
@@ -167,6 +172,7 @@ class SpeculativeDecoder:
             )
         if temperature < 0 or not 0 < top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        self._check_prompt(input_ids)
         start = time.perf_counter()
         eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
         if self.is_encoder_decoder:
@@ -177,7 +183,8 @@ class SpeculativeDecoder:
             prefix = input_ids[0].tolist()
         if self.context_limit is not None and len(prefix) >= self.context_limit:
             raise ValueError(
-                f"prompt of {len(prefix)} tokens leaves no room within the models' context of {self.context_limit}"
+                f"prompt of {len(prefix)} tokens leaves no room within the models' context of {self.context_limit}; "
+                f"truncate it to fewer tokens (osd.distill.data.truncate_prompt keeps its start and end)"
             )
         state = _DecodeState(
             draft=_CachedModel(self.draft, encoder_ids),
@@ -194,6 +201,22 @@ class SpeculativeDecoder:
             if eos.intersection(emitted):
                 break
         return state.to_output(eos, time.perf_counter() - start)
+
+    def _check_prompt(self, input_ids: torch.Tensor) -> None:
+        """Refuse an empty prompt or ids outside the models' vocabulary (one host sync per call)."""
+        if input_ids.shape[1] == 0:
+            raise ValueError(
+                "SpeculativeDecoder.generate got an empty prompt (input_ids of shape [1, 0]); "
+                "encode at least one token (e.g. BOS or the chat template)"
+            )
+        low, high = torch.aminmax(input_ids)
+        low, high = int(low), int(high)
+        if low < 0 or high >= self.num_input_ids:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"prompt token id {bad} is outside the models' vocabulary [0, {self.num_input_ids}); "
+                "encode the prompt with the target's tokenizer"
+            )
 
     def _step(
         self,
