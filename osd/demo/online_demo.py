@@ -36,11 +36,11 @@ from osd.demo.target import TARGET_NAME
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer, QueryStats
+from osd.model_checks import check_same_tokenizer
 from osd.plots import alpha_series, dataset_bands, plot_alpha, read_log
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
 from osd.streams import abrupt_stream
-from osd.model_checks import check_same_tokenizer
 from osd.train import load_model, load_tokenizer
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
