@@ -41,7 +41,7 @@ from transformers import (
 )
 
 from osd.conversations import load_conversations, save_conversations, user_query
-from osd.datafiles import refuse_overwrite
+from osd.datafiles import read_text, refuse_overwrite
 from osd.distill.data import truncate_prompt
 from osd.prompting import encode_prompt, prompt_text
 from osd.spec.decoder import context_limit
@@ -103,7 +103,7 @@ def load_done(partial: Path, records: list[dict], settings: dict) -> dict[int, s
     """
     if not partial.exists():
         return {}
-    lines = partial.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = read_text(partial).splitlines(keepends=True)
     done: dict[int, str] = {}
     for n, line in enumerate(lines, start=1):
         try:

@@ -31,7 +31,7 @@ from collector import RAW_DATA_DIR
 from transformers import HfArgumentParser, pipeline
 
 from osd.conversations import load_conversations, save_conversations, user_query
-from osd.datafiles import refuse_overwrite
+from osd.datafiles import DataFileError, refuse_overwrite
 
 HUB_MODEL = "alimazhar-110/website_classification"
 REFERENCE_TOPICS = [
@@ -205,17 +205,23 @@ def mix_topics(records: list[dict], topics: list[str], per_topic: int, seed: int
     return picked
 
 
-def write(records: list[dict], path: Path, source: str) -> None:
-    """Save one output file, never over the input `source`."""
+def write(records: list[dict], path: Path, source: str, selection: str, counts: Counter) -> None:
+    """Save the records with `selection` to `path`, never over the input `source`; none is an error."""
+    if not records:
+        raise DataFileError(
+            f"{source}: no record with {selection} ({counts.total()} records; by value "
+            f"{dict(counts.most_common(8))}); nothing to write to {path}"
+        )
     refuse_overwrite({"--output_dir file": path}, [source])
     save_conversations(records, path)
     print(f"{path}: {len(records)} records")
 
 
 def write_groups(records: list[dict], key: str, values: list[str], output_dir: Path, source: str) -> None:
+    counts = Counter(r.get(key) for r in records)
     for value in values:
         group = [r for r in records if r.get(key) == value]  # each from all records, not cumulatively
-        write(group, output_dir / file_name(value), source)
+        write(group, output_dir / file_name(value), source, f"{key} {value!r}", counts)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -241,9 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == "topic":
         write_groups(records, "topic", list(topics), out_dir, args.input)
         return
-    write(
-        mix_topics(records, args.topics, args.per_topic, args.seed), out_dir / "mix_topics.json", args.input
-    )
+    mixed = mix_topics(records, args.topics, args.per_topic, args.seed)
+    write(mixed, out_dir / "mix_topics.json", args.input, f"a topic in {args.topics}", topics)
 
 
 if __name__ == "__main__":

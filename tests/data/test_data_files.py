@@ -160,3 +160,33 @@ def test_jsonl_conversation_error_names_the_line(tmp_path):
     path.write_text(json.dumps(conversations(1)[0]) + "\n\n{broken\n")
     with pytest.raises(ConversationFormatError, match=r"c\.jsonl, line 3: not valid JSON"):
         load_conversations(path)
+
+
+def test_label_arena_selection_without_records_is_an_error_with_counts(tmp_path):
+    import label_arena
+
+    src = write(tmp_path / "arena.json", [{**r, "language": "English"} for r in conversations(3)])
+    out = tmp_path / "out"
+    with pytest.raises(
+        DataFileError,
+        match=r"arena\.json: no record with language 'Klingon' \(3 records; by value \{'English': 3\}\)",
+    ):
+        label_arena.main(
+            ["--input", str(src), "--mode", "language", "--languages", "Klingon", "--output_dir", str(out)]
+        )
+    with pytest.raises(DataFileError, match=r"no record with a topic in \['Games'\]"):
+        label_arena.main(
+            [
+                "--input",
+                str(src),
+                "--mode",
+                "mix",
+                "--classifier",
+                "local",
+                "--topics",
+                "Games",
+                "--output_dir",
+                str(out),
+            ]
+        )
+    assert not out.exists()
