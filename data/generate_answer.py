@@ -43,6 +43,7 @@ from transformers import (
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.datafiles import read_text, refuse_overwrite
 from osd.distill.data import truncate_prompt
+from osd.model_checks import check_model_path
 from osd.prompting import encode_prompt, prompt_text
 from osd.spec.decoder import context_limit
 
@@ -143,6 +144,7 @@ def check_settings(partial: Path, recorded: dict | None, settings: dict) -> None
 
 def load_tokenizer(args: GenerateArgs) -> tuple[PreTrainedTokenizerBase, PretrainedConfig]:
     """The teacher's tokenizer (left padding) and config: cheap, read before the weights."""
+    check_model_path(args.model)
     return AutoTokenizer.from_pretrained(args.model, padding_side="left"), AutoConfig.from_pretrained(
         args.model
     )

@@ -67,13 +67,13 @@ class ConversationDataset(Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
-    def encode_query(self, query: str, index: int | None = None) -> list[int]:
-        """The prompt ids, truncated to `prompt_max_length` (each truncated record logged once, counted)."""
+    def encode_query(self, query: str, index: int) -> list[int]:
+        """Record `index`'s prompt ids, truncated to `prompt_max_length` (each truncated record logged once, counted)."""
         if self.is_encoder_decoder:  # T5 reads the bare query (its tokenizer appends EOS)
             prompt = self.tokenizer(query).input_ids
         else:
             prompt = encode_prompt(self.tokenizer, query)
-        if len(prompt) > self.prompt_max_length and index is not None and index not in self.truncated:
+        if len(prompt) > self.prompt_max_length and index not in self.truncated:
             self.truncated.add(index)
             logger.warning(
                 "%s, record %d: prompt of %d tokens truncated to its first token and last %d "

@@ -305,3 +305,9 @@ def test_encoder_decoder_teacher_reads_the_bare_query(tmp_path, conversations):
             tok.decode(new[: new.index(2)] if 2 in new else new, skip_special_tokens=True).strip()
         )
     assert got == expected and len(set(got)) > 2  # answers depend on the query
+
+
+def test_missing_model_path_is_named(conversations, tmp_path):
+    missing = tmp_path / "models" / "no_such_teacher"
+    with pytest.raises(FileNotFoundError, match=f"model path {missing}: no such folder"):
+        generate_answer.main(flags(missing, conversations))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 from distill_fixtures import SPECIALS, WORDS, build_tokenizer, llama, write_conversations
@@ -13,6 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from osd.conversations import ConversationFormatError
+from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, load_demo_pair
 from osd.distill.callbacks import read_metrics
 from osd.model_checks import check_model_path, tokenizer_difference
 from osd.train import main
@@ -60,6 +62,16 @@ def test_student_with_another_tokenizer_of_the_same_size_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"different tokenizers: vocabularies differ .*'minus' is id") as err:
         main(argv(student, teacher, data, tmp_path / "o"))
     assert student in str(err.value) and teacher in str(err.value)
+
+
+def test_demo_pair_loader_refuses_a_draft_with_another_tokenizer(tmp_path):
+    draft = tmp_path / "draft"
+    shutil.copytree(TINY_DRAFT_PATH, draft, ignore=shutil.ignore_patterns("tokenizer*", "chat_template*"))
+    build_tokenizer().save_pretrained(draft)
+    with pytest.raises(
+        ValueError, match=rf"different tokenizers: vocabularies differ \({len(build_tokenizer())} vs 3072"
+    ):
+        load_demo_pair(draft, TINY_TEACHER_PATH)
 
 
 def test_special_ids_are_part_of_the_tokenizer():
