@@ -18,6 +18,7 @@ a too-short file) are counted as "filtered".
 from __future__ import annotations
 
 import csv
+import io
 import json
 import random
 import sys
@@ -33,6 +34,7 @@ if str(REPO_ROOT) not in sys.path:  # lets `python data/clean_x.py` run without 
     sys.path.append(str(REPO_ROOT))
 
 from osd.conversations import save_conversations, validate_record  # noqa: E402
+from osd.datafiles import DataFileError, read_text, refuse_overwrite  # noqa: E402
 
 RAW_DATA_DIR = REPO_ROOT / "data" / "raw_data"
 RAW_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv")
@@ -157,11 +159,10 @@ def read_raw_file(path: str | Path) -> list[dict]:
         except Exception as e:  # pyarrow raises several types for a broken file
             raise RawFormatError(f"{path}: not a readable parquet file ({e})") from e
     elif suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            records = list(reader)
-            if not reader.fieldnames:
-                raise RawFormatError(f"{path}: empty CSV; expected a header row of field names")
+        reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+        records = list(reader)
+        if not reader.fieldnames:
+            raise RawFormatError(f"{path}: empty CSV; expected a header row of field names")
     else:
         records = _read_json_records(path, lines_only=suffix == ".jsonl")
     for i, rec in enumerate(records):
@@ -171,7 +172,7 @@ def read_raw_file(path: str | Path) -> list[dict]:
 
 
 def _read_json_records(path: Path, lines_only: bool) -> list:
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     if not lines_only:
         try:
             data = json.loads(text)
@@ -295,6 +296,14 @@ def collect(spec: DatasetSpec, args: CollectArgs, transform: Transform) -> list[
     if raw_path is not None and raw_path.is_file() and len(splits) > 1:
         print(f"{raw_path} is one file: writing split {splits[0].output!r} only")
         splits = splits[:1]
+    if raw_path is not None and raw_path.exists():
+        raw_files = [raw_path] if raw_path.is_file() else list(raw_path.rglob("*"))
+        written = {
+            f"--output_dir file {spec.name}_{out}.json": Path(args.output_dir) / f"{spec.name}_{out}.json"
+            for s in splits
+            for out in outputs(spec, s)
+        }
+        refuse_overwrite(written, raw_files)
     reports = []
     for split in splits:
         if raw_path is not None:
@@ -309,13 +318,20 @@ def collect(spec: DatasetSpec, args: CollectArgs, transform: Transform) -> list[
         if carve and want > 0 and args.eval_size > 0:
             want += args.eval_size
         pairs, read, skipped, filtered = convert(cases, spec, transform, source, want, args.seed, args.strict)
+        if not pairs:
+            raise DataFileError(no_records_message(spec, cases, source, read, skipped, filtered))
         parts = [(split.output, pairs)]
         if carve:
             n_eval = min(max(args.eval_size, 0), len(pairs))
             parts = [(split.output, pairs[n_eval:]), (spec.carve_eval, pairs[:n_eval])]
+        parts = [(out, part) for out, part in parts if args.splits is None or out in args.splits]
         for out_split, part in parts:
-            if args.splits is not None and out_split not in args.splits:
-                continue
+            if not part:
+                raise DataFileError(
+                    f"{source}: all {len(pairs)} usable records go to split {spec.carve_eval!r} "
+                    f"(--eval_size {args.eval_size}), none to {out_split!r}; lower --eval_size"
+                )
+        for out_split, part in parts:
             records = finish(part, spec, out_split, source)
             path = Path(args.output_dir) / f"{spec.name}_{out_split}.json"
             save_conversations(records, path)
@@ -323,6 +339,20 @@ def collect(spec: DatasetSpec, args: CollectArgs, transform: Transform) -> list[
             print_report(report, records)
             reports.append(report)
     return reports
+
+
+def no_records_message(
+    spec: DatasetSpec, cases: Sequence[dict], source: str, read: int, skipped: int, filtered: int
+) -> str:
+    """Why a split yielded nothing, with the counts and what the script needs."""
+    needed = ", ".join(
+        " or ".join(repr(n) for n in ((r,) if isinstance(r, str) else r)) for r in spec.required
+    )
+    found = f"; its first record has fields {sorted(cases[0])}" if len(cases) else ""
+    return (
+        f"{source}: no usable records ({len(cases)} in the input, {read} read, {skipped} missing a required "
+        f"field, {filtered} filtered by the script); the script needs the fields {needed}{found}"
+    )
 
 
 def print_report(report: SplitReport, records: list[dict]) -> None:

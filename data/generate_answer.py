@@ -1,11 +1,15 @@
 """Write the teacher's greedy answer as the assistant turn of every record (offline distillation data).
 
 Prompts use the tokenizer's chat template when it has one, else the Vicuna v1.1 template
-(osd/prompting.py); an encoder-decoder teacher (e.g. google/flan-t5-xl) reads the bare query. Generation is batched with left padding. Answers are appended to
-`{output stem}.partial.jsonl` as each batch finishes, so an interrupted run loses at most the
-batch in flight; rerunning the same command skips the records already answered. The final file
-(default `{input stem}_with_answer.json` next to the input) replaces any assistant turn the
-input had, and the partial file is then removed.
+(osd/prompting.py); an encoder-decoder teacher (e.g. google/flan-t5-xl) reads the bare query. A
+prompt longer than the model's context minus --max_new_tokens keeps its first token and its end
+(`osd.distill.data.truncate_prompt`, as in training); the number truncated is printed. Generation
+is batched with left padding. Answers are appended to `{output stem}.partial.jsonl` as each batch
+finishes, so an interrupted run loses at most the batch in flight; rerunning the same command
+skips the records already answered. The partial file's first line records the model, prompt
+template and generation settings; a rerun with other ones is refused. The final file (default
+`{input stem}_with_answer.json` next to the input) replaces any assistant turn the input had, and
+the partial file is then removed.
 
     python data/generate_answer.py                                           # spider_train.json, vicuna-7b-v1.5
     python data/generate_answer.py --filename data/raw_data/gsm8k_train.json --model lmsys/vicuna-7b-v1.3 \
@@ -32,10 +36,16 @@ from transformers import (
     AutoTokenizer,
     GenerationConfig,
     HfArgumentParser,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
 )
 
 from osd.conversations import load_conversations, save_conversations, user_query
-from osd.prompting import encode_prompt
+from osd.datafiles import read_text, refuse_overwrite
+from osd.distill.data import truncate_prompt
+from osd.model_checks import check_model_path
+from osd.prompting import encode_prompt, prompt_text
+from osd.spec.decoder import context_limit
 
 
 @dataclass
@@ -73,16 +83,29 @@ def partial_path(output: Path) -> Path:
     return output.with_name(f"{output.stem}.partial.jsonl")
 
 
-def load_done(partial: Path, records: list[dict]) -> dict[int, str]:
+def run_settings(args: GenerateArgs, tok: PreTrainedTokenizerBase, config: PretrainedConfig) -> dict:
+    """What decides the answers: the model, the prompt template, the generation settings."""
+    local = Path(args.model)
+    return {
+        "model": str(local.resolve()) if local.exists() else args.model,
+        "template": "{query}" if config.is_encoder_decoder else prompt_text(tok, "{query}"),
+        "max_new_tokens": args.max_new_tokens,
+        "dtype": args.dtype,
+        "max_prompt_tokens": max_prompt_tokens(config, args.max_new_tokens),
+    }
+
+
+def load_done(partial: Path, records: list[dict], settings: dict) -> dict[int, str]:
     """Answers already in the partial file, by record index.
 
-    A torn last line (the run died mid-write) is cut off the file; any other bad line, or a line
+    The first line holds the settings the file was written with; other settings are an error. A
+    torn last line (the run died mid-write) is cut off the file; any other bad line, or a line
     whose id does not match the input, is an error: the partial file belongs to another input.
     """
     if not partial.exists():
         return {}
+    lines = read_text(partial).splitlines(keepends=True)
     done: dict[int, str] = {}
-    lines = partial.read_text(encoding="utf-8").splitlines(keepends=True)
     for n, line in enumerate(lines, start=1):
         try:
             entry = json.loads(line)
@@ -91,6 +114,9 @@ def load_done(partial: Path, records: list[dict]) -> dict[int, str]:
                 partial.write_text("".join(lines[:-1]), encoding="utf-8")
                 break
             raise ValueError(f"{partial}, line {n}: not valid JSON; delete the file to start over") from None
+        if n == 1:
+            check_settings(partial, entry.get("settings") if isinstance(entry, dict) else None, settings)
+            continue
         i = entry.get("index")
         if not isinstance(i, int) or not 0 <= i < len(records) or entry.get("id") != records[i].get("id"):
             raise ValueError(
@@ -101,10 +127,34 @@ def load_done(partial: Path, records: list[dict]) -> dict[int, str]:
     return done
 
 
-def load_teacher(args: GenerateArgs) -> tuple[torch.nn.Module, AutoTokenizer]:
-    tok = AutoTokenizer.from_pretrained(args.model, padding_side="left")
-    seq2seq = AutoConfig.from_pretrained(args.model).is_encoder_decoder
-    model_cls = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+def check_settings(partial: Path, recorded: dict | None, settings: dict) -> None:
+    """Refuse to continue a partial file written with other settings (or with none recorded)."""
+    if recorded is None:
+        raise ValueError(
+            f"{partial}: its first line records no settings (model, template, generation), so its answers "
+            "cannot be trusted to come from this run; delete it to start over"
+        )
+    diff = [f"{k} {recorded.get(k)!r} (now {v!r})" for k, v in settings.items() if recorded.get(k) != v]
+    if diff:
+        raise ValueError(
+            f"{partial} holds answers written with other settings: {'; '.join(diff)}. Rerun with those "
+            "settings to continue it, or delete it (or pick another --output) to start over"
+        )
+
+
+def load_tokenizer(args: GenerateArgs) -> tuple[PreTrainedTokenizerBase, PretrainedConfig]:
+    """The teacher's tokenizer (left padding) and config: cheap, read before the weights."""
+    check_model_path(args.model)
+    return AutoTokenizer.from_pretrained(args.model, padding_side="left"), AutoConfig.from_pretrained(
+        args.model
+    )
+
+
+def load_teacher(
+    args: GenerateArgs, tok: PreTrainedTokenizerBase, config: PretrainedConfig
+) -> torch.nn.Module:
+    """The teacher's weights; gives `tok` a pad token when it has none."""
+    model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     model = model_cls.from_pretrained(args.model, dtype=args.dtype, device_map=args.device_map)
     if args.device_map is None:
         model.to("cuda" if torch.cuda.is_available() else "cpu")
@@ -115,7 +165,7 @@ def load_teacher(args: GenerateArgs) -> tuple[torch.nn.Module, AutoTokenizer]:
         else:
             tok.add_special_tokens({"pad_token": "<pad>"})
             model.resize_token_embeddings(len(tok))
-    return model.eval(), tok
+    return model.eval()
 
 
 def eos_ids(model: torch.nn.Module, tok: AutoTokenizer) -> set[int]:
@@ -124,9 +174,22 @@ def eos_ids(model: torch.nn.Module, tok: AutoTokenizer) -> set[int]:
     return set(eos) if isinstance(eos, list) else ({eos} if eos is not None else set())
 
 
-def encode_query(model: torch.nn.Module, tok: AutoTokenizer, query: str) -> list[int]:
+def max_prompt_tokens(config: PretrainedConfig, max_new_tokens: int) -> int | None:
+    """Longest prompt that leaves room for the answer in the model's context (None: no limit, e.g. T5)."""
+    context = context_limit(config)
+    if context is None:
+        return None
+    if max_new_tokens >= context - 1:
+        raise ValueError(
+            f"--max_new_tokens {max_new_tokens} leaves no room for a prompt in the model's context of "
+            f"{context} tokens; lower it"
+        )
+    return context - max_new_tokens
+
+
+def encode_query(tok: PreTrainedTokenizerBase, config: PretrainedConfig, query: str) -> list[int]:
     """The chat prompt of a decoder-only teacher; an encoder-decoder (T5) reads the bare query."""
-    return tok(query).input_ids if model.config.is_encoder_decoder else encode_prompt(tok, query)
+    return tok(query).input_ids if config.is_encoder_decoder else encode_prompt(tok, query)
 
 
 @torch.no_grad()
@@ -162,16 +225,33 @@ def with_answer(record: dict, answer: str) -> dict:
 
 def main(argv: list[str] | None = None) -> Path:
     (args,) = HfArgumentParser(GenerateArgs).parse_args_into_dataclasses(args=argv)
-    records = load_conversations(args.filename)
     out = output_path(args)
     partial = partial_path(out)
-    done = load_done(partial, records)
+    refuse_overwrite({"--output": out, "its partial file": partial}, [args.filename])
+    out.parent.mkdir(parents=True, exist_ok=True)  # before any model loads
+    records = load_conversations(args.filename)
+    tok, config = load_tokenizer(args)
+    settings = run_settings(args, tok, config)
+    done = load_done(partial, records, settings)
     pending = [i for i in range(len(records)) if i not in done]
     print(f"{args.filename}: {len(records)} records, {len(done)} already answered in {partial}")
     if pending:
-        model, tok = load_teacher(args)
-        prompts = {i: encode_query(model, tok, user_query(records[i])) for i in pending}
+        limit = settings["max_prompt_tokens"]
+        prompts = {i: encode_query(tok, config, user_query(records[i])) for i in pending}
+        long = [i for i in pending if limit is not None and len(prompts[i]) > limit]
+        for i in long:
+            prompts[i] = truncate_prompt(prompts[i], limit)
+        if long:
+            print(
+                f"{len(long)} of {len(pending)} prompts are longer than {limit} tokens (the context minus "
+                f"--max_new_tokens): truncated to their first token and last {limit - 1}"
+            )
         pending.sort(key=lambda i: len(prompts[i]))  # similar lengths per batch: less padding
+        model = load_teacher(args, tok, config)
+        if not partial.exists() or partial.stat().st_size == 0:
+            partial.write_text(
+                json.dumps({"settings": settings}, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
         with (
             partial.open("a", encoding="utf-8") as f,
             tqdm(total=len(records), initial=len(done), unit="rec") as bar,

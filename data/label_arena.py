@@ -31,6 +31,7 @@ from collector import RAW_DATA_DIR
 from transformers import HfArgumentParser, pipeline
 
 from osd.conversations import load_conversations, save_conversations, user_query
+from osd.datafiles import DataFileError, refuse_overwrite
 
 HUB_MODEL = "alimazhar-110/website_classification"
 REFERENCE_TOPICS = [
@@ -204,11 +205,23 @@ def mix_topics(records: list[dict], topics: list[str], per_topic: int, seed: int
     return picked
 
 
-def write_groups(records: list[dict], key: str, values: list[str], output_dir: Path) -> None:
+def write(records: list[dict], path: Path, source: str, selection: str, counts: Counter) -> None:
+    """Save the records with `selection` to `path`, never over the input `source`; none is an error."""
+    if not records:
+        raise DataFileError(
+            f"{source}: no record with {selection} ({counts.total()} records; by value "
+            f"{dict(counts.most_common(8))}); nothing to write to {path}"
+        )
+    refuse_overwrite({"--output_dir file": path}, [source])
+    save_conversations(records, path)
+    print(f"{path}: {len(records)} records")
+
+
+def write_groups(records: list[dict], key: str, values: list[str], output_dir: Path, source: str) -> None:
+    counts = Counter(r.get(key) for r in records)
     for value in values:
         group = [r for r in records if r.get(key) == value]  # each from all records, not cumulatively
-        save_conversations(group, output_dir / file_name(value))
-        print(f"{output_dir / file_name(value)}: {len(group)} records")
+        write(group, output_dir / file_name(value), source, f"{key} {value!r}", counts)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -222,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         frequent = [
             lang for lang, _ in Counter(r["language"] for r in records).most_common() if lang != UNKNOWN
         ]
-        write_groups(records, "language", args.languages or frequent[:5], out_dir)
+        write_groups(records, "language", args.languages or frequent[:5], out_dir, args.input)
         return
     needs_topic = args.relabel or any(r.get("language") == "English" and not r.get("topic") for r in records)
     if needs_topic:
@@ -232,11 +245,10 @@ def main(argv: list[str] | None = None) -> None:
     topics = Counter(r["topic"] for r in records if r.get("topic"))
     print(f"topics {dict(topics.most_common())}")
     if args.mode == "topic":
-        write_groups(records, "topic", list(topics), out_dir)
+        write_groups(records, "topic", list(topics), out_dir, args.input)
         return
     mixed = mix_topics(records, args.topics, args.per_topic, args.seed)
-    save_conversations(mixed, out_dir / "mix_topics.json")
-    print(f"{out_dir / 'mix_topics.json'}: {len(mixed)} records")
+    write(mixed, out_dir / "mix_topics.json", args.input, f"a topic in {args.topics}", topics)
 
 
 if __name__ == "__main__":

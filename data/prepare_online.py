@@ -25,6 +25,7 @@ from collector import RAW_DATA_DIR, REPO_ROOT
 from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, save_conversations
+from osd.datafiles import refuse_overwrite
 from osd.streams import abrupt_stream, drift_stream, mix_stream
 
 REFERENCE_INPUTS = {
@@ -70,7 +71,8 @@ class PrepareArgs:
     )
 
 
-def parse_inputs(items: list[str]) -> dict[str, list[dict]]:
+def parse_inputs(items: list[str]) -> dict[str, Path]:
+    """--inputs name=path.json ... as {name: path}, in stream order."""
     sources = {}
     for item in items:
         name, sep, path = item.partition("=")
@@ -78,8 +80,14 @@ def parse_inputs(items: list[str]) -> dict[str, list[dict]]:
             raise ValueError(f"--inputs {item!r}: expected name=path.json")
         if name in sources:
             raise ValueError(f"--inputs: source name {name!r} given twice")
-        sources[name] = load_conversations(path)
+        sources[name] = Path(path)
     return sources
+
+
+def load_sources(paths: dict[str, Path], outputs: dict[str, Path]) -> dict[str, list[dict]]:
+    """The records of each source, after checking that no output would replace a source."""
+    refuse_overwrite(outputs, paths.values())
+    return {name: load_conversations(path) for name, path in paths.items()}
 
 
 def build(args: PrepareArgs, sources: dict[str, list[dict]]) -> list[dict]:
@@ -105,16 +113,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.kind is not None:
         if not args.inputs:
             raise ValueError(f"--kind {args.kind} needs --inputs name=path.json ...")
-        write(
-            build(args, parse_inputs(args.inputs)),
-            Path(args.output or REPO_ROOT / "data" / f"{args.kind}.json"),
-        )
+        output = Path(args.output or REPO_ROOT / "data" / f"{args.kind}.json")
+        write(build(args, load_sources(parse_inputs(args.inputs), {"--output": output})), output)
         return
-    sources = {name: load_conversations(Path(args.raw_dir) / file) for name, file in REFERENCE_INPUTS.items()}
-    out = Path(args.output_dir)
-    write(abrupt_stream(sources, [2000, 2000, 2000]), out / "sharp.json")
-    write(drift_stream(sources, 6000, [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], args.seed), out / "smooth.json")
-    write(abrupt_stream(sources, [200, 200, 200]), out / "online_sample.json")
+    out = {name: Path(args.output_dir) / f"{name}.json" for name in ("sharp", "smooth", "online_sample")}
+    sources = load_sources(
+        {name: Path(args.raw_dir) / file for name, file in REFERENCE_INPUTS.items()},
+        {f"--output_dir file {path.name}": path for path in out.values()},
+    )
+    write(abrupt_stream(sources, [2000, 2000, 2000]), out["sharp"])
+    write(drift_stream(sources, 6000, [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], args.seed), out["smooth"])
+    write(abrupt_stream(sources, [200, 200, 200]), out["online_sample"])
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from collector import REPO_ROOT  # noqa: F401  (puts the repository on sys.path)
 from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, save_conversations
+from osd.datafiles import refuse_overwrite
 
 
 @dataclass
@@ -86,13 +87,17 @@ def time_bin_split(
 def main(argv: list[str] | None = None) -> None:
     (args,) = HfArgumentParser(SplitArgs).parse_args_into_dataclasses(args=argv)
     path = Path(args.input)
+    outputs = {
+        f"--{kind}_output": Path(out) if out else path.with_name(f"{path.stem}_split_{kind}.json")
+        for kind, out in (("train", args.train_output), ("eval", args.eval_output))
+    }
+    refuse_overwrite(outputs, [path])
     records = load_conversations(path)
     if args.mode == "random":
         train, evals = random_split(records, args.eval_size, args.seed)
     else:
         train, evals = time_bin_split(records, args.eval_size, args.seed, str(path))
-    for kind, part, out in (("train", train, args.train_output), ("eval", evals, args.eval_output)):
-        out_path = Path(out) if out else path.with_name(f"{path.stem}_split_{kind}.json")
+    for (kind, part), out_path in zip((("train", train), ("eval", evals)), outputs.values(), strict=True):
         save_conversations(part, out_path)
         print(f"{out_path}: {len(part)} {kind} records")
 

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from osd.datafiles import read_text
+
 GROUP_FIELDS = ("dataset", "topic", "language")
 
 
@@ -46,31 +48,54 @@ def validate_record(record: Any, index: int, source: str | Path) -> dict:
             raise ConversationFormatError(
                 f"{where}: conversation turn {t} must be {{'role': user|assistant|system, 'content': str}}, got {turn!r:.200}"
             )
-    if not any(turn["role"] == "user" for turn in conv):
+    query = next((turn["content"] for turn in conv if turn["role"] == "user"), None)
+    if query is None:
         raise ConversationFormatError(f"{where}: the conversation has no user turn")
+    if not query.strip():
+        raise ConversationFormatError(
+            f"{where}: the first user turn (the query) is empty; give it a query or remove the record"
+        )
     return record
 
 
 def load_conversations(path: str | Path) -> list[dict]:
-    """Read and validate a conversation-JSON file (a JSON list; `.jsonl` with one record per line also works)."""
+    """Read and validate a conversation-JSON file (a JSON list; `.jsonl` with one record per line also works).
+
+    A file without records is an error: every tool needs at least one.
+    """
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"{path}: no such conversation file")
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix == ".jsonl":
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
+    text = read_text(path)
+    if not text.strip():
+        raise ConversationFormatError(f"{path}: empty file; expected a JSON list of conversation records")
+    if path.suffix == ".jsonl":
+        records = [_json_line(line, n, path) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    else:
+        try:
             records = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConversationFormatError(
-            f"{path}: not valid JSON ({e}); expected a JSON list of conversation records"
-        ) from e
+        except json.JSONDecodeError as e:
+            raise ConversationFormatError(
+                f"{path}: not valid JSON ({e}); expected a JSON list of conversation records"
+            ) from e
     if not isinstance(records, list):
         raise ConversationFormatError(
             f"{path}: expected a JSON list of records, got {type(records).__name__}"
         )
+    if not records:
+        raise ConversationFormatError(
+            f"{path}: 0 records (an empty list); expected at least one conversation"
+        )
     return [validate_record(r, i, path) for i, r in enumerate(records)]
+
+
+def _json_line(line: str, number: int, path: Path) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ConversationFormatError(
+            f"{path}, line {number}: not valid JSON ({e.msg}); expected one record per line"
+        ) from e
 
 
 def save_conversations(records: list[dict], path: str | Path) -> None:

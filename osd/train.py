@@ -34,6 +34,7 @@ from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.trainer import DistillTrainer
+from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ def load_model(
 ) -> PreTrainedModel:
     """A causal LM or, when the config says so, an encoder-decoder (T5) model; hub name or local path."""
     ensure_if_demo_target(path)  # the demo target is converted from its package on first use
+    check_model_path(path)
     config = AutoConfig.from_pretrained(path, cache_dir=cache_dir)
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     return auto.from_pretrained(path, cache_dir=cache_dir, dtype=resolve_dtype(dtype), device_map=device_map)
@@ -57,6 +59,7 @@ def load_model(
 def load_tokenizer(path: str, cache_dir: str | None) -> PreTrainedTokenizerBase:
     """The teacher's tokenizer, with a pad token (unk, else eos, as the reference) when it has none."""
     ensure_if_demo_target(path)  # the demo target is converted from its package on first use
+    check_model_path(path)
     tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir)
     if tokenizer.pad_token is None:
         fallback = tokenizer.unk_token or tokenizer.eos_token
@@ -71,6 +74,9 @@ def load_models(
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, PreTrainedModel]:
     """(tokenizer, student, teacher) named by the model flags; the tokenizer is the teacher's."""
     tokenizer = load_tokenizer(model_args.teacher_model_path, model_args.cache_dir)
+    check_same_tokenizer(
+        model_args.student_model_path, model_args.teacher_model_path, tokenizer, model_args.cache_dir
+    )
     student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
     teacher = load_model(
         model_args.teacher_model_path,
@@ -93,14 +99,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
-    max_ctx = getattr(student.config, "max_position_embeddings", None)
-    if max_ctx is not None and data_args.model_max_length > max_ctx:
-        logger.warning(
-            "--model_max_length %d exceeds the student's context %d", data_args.model_max_length, max_ctx
-        )
+    data_args.model_max_length, prompt_limit = fit_lengths(
+        data_args.model_max_length, training_args.max_new_tokens, student, teacher
+    )
 
     def dataset(path: str, max_samples: int | None = None) -> ConversationDataset:
-        return ConversationDataset(path, tokenizer, data_args.model_max_length, is_enc_dec, max_samples)
+        return ConversationDataset(
+            path, tokenizer, data_args.model_max_length, is_enc_dec, max_samples, prompt_limit
+        )
 
     train_dataset = dataset(data_args.data_path)
     eval_dataset = (

@@ -10,11 +10,12 @@
 #
 # Arguments: {savepath} {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
 # Runs bash_scripts/common/offline.sh, which holds the other defaults and overrides.
-# Extra flags for osd.train can be appended through EXTRA_ARGS, e.g. EXTRA_ARGS="--max_steps 10".
+# Extra flags for osd.train can be appended through EXTRA_ARGS, e.g. EXTRA_ARGS='--max_steps 10 --run_name "my run"' (quoted words kept).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT: repository defaults below
 
 export OSD_SCRIPT=bash_scripts/code-python/offline.sh  # named in the runner's usage message
-export DATA=${DATA:-data/raw_data/code_search_net_train_with_answer.json}
-export EVAL_DATA=${EVAL_DATA:-data/raw_data/code_search_net_test.json}
+export DATA=${DATA:-$ROOT/data/raw_data/code_search_net_train_with_answer.json}
+export EVAL_DATA=${EVAL_DATA:-$ROOT/data/raw_data/code_search_net_test.json}
 
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/offline.sh" "$@"

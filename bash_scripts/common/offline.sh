@@ -8,14 +8,14 @@
 #   PYTHON=echo bash bash_scripts/gsm8k/offline.sh runs/x student forward   # print the osd.train call
 #
 # Arguments: {savepath} {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
-# Extra flags for osd.train can be appended through EXTRA_ARGS, e.g. EXTRA_ARGS="--max_steps 10".
+# Extra flags for osd.train can be appended through EXTRA_ARGS, e.g. EXTRA_ARGS='--max_steps 10 --run_name "my run"' (quoted words kept).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # ROOT, PYTHON, osd_extra_args
 
 USAGE="usage: bash ${OSD_SCRIPT:-bash_scripts/common/offline.sh} {savepath} {sample_source} {kl_method}"
 SAVEPATH=${1:?$USAGE}
 SAMPLE_SOURCE=${2:?$USAGE}
 KL_METHOD=${3:?$USAGE}
-PYTHON=${PYTHON:-python}
 STUDENT=${STUDENT:-JackFram/llama-160m}
 TEACHER=${TEACHER:-lmsys/vicuna-7b-v1.3}
 DATA=${DATA:?set DATA to the training conversations (JSON)}
@@ -28,7 +28,7 @@ MAX_LENGTH=${MAX_LENGTH:-512}  # spider and finance export 256
 SAVE_STEPS=${SAVE_STEPS:-50}  # spider exports 30
 PRECISION=${PRECISION-"--bf16 True --tf32 True"}  # PRECISION= (empty) for CPU or fp32
 REPORT_TO=${REPORT_TO:-wandb}
-EXTRA_ARGS=${EXTRA_ARGS:-}
+osd_extra_args
 
 "$PYTHON" -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" \
@@ -39,4 +39,4 @@ EXTRA_ARGS=${EXTRA_ARGS:-}
     --eval_strategy epoch --save_strategy steps --save_steps "$SAVE_STEPS" --save_total_limit 3 \
     --learning_rate "$LR" --lr_scheduler_type cosine --warmup_steps 0.03 --weight_decay 0 \
     --activation_checkpointing True --model_max_length "$MAX_LENGTH" --logging_steps 1 \
-    $PRECISION --report_to "$REPORT_TO" $EXTRA_ARGS
+    $PRECISION --report_to "$REPORT_TO" "${EXTRA[@]}"

@@ -10,12 +10,12 @@
 #
 # Arguments: {savepath} [sample_source (ignored online: the served tokens are the target's)] [kl_method]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # ROOT, PYTHON, osd_extra_args
 
 USAGE="usage: bash ${OSD_SCRIPT:-bash_scripts/common/online.sh} {savepath} [sample_source] [kl_method]"
 SAVEPATH=${1:?$USAGE}
 SAMPLE_SOURCE=${2:-teacher}
 KL_METHOD=${3:-forward}
-PYTHON=${PYTHON:-python}
 STUDENT=${STUDENT:-JackFram/llama-160m}
 TEACHER=${TEACHER:-lmsys/vicuna-7b-v1.3}
 DATA=${DATA:?set DATA to the stream of conversations (JSON)}

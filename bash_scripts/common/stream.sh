@@ -11,11 +11,11 @@
 #
 # Arguments: {module: osd.train|osd.distill.routing} {savepath} [extra flags for the module]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # ROOT, PYTHON, osd_extra_args
 
 USAGE=${OSD_USAGE:-"usage: bash bash_scripts/common/stream.sh {module} {savepath} [flags]"}
 MODULE=${1:?$USAGE}
 SAVEPATH=${2:?$USAGE}
-PYTHON=${PYTHON:-python}
 DATA=${DATA:?set DATA to the stream of conversations (JSON)}
 STUDENT=${STUDENT:-JackFram/llama-160m}
 TEACHER=${TEACHER:-lmsys/vicuna-7b-v1.3}

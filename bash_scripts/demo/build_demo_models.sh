@@ -8,11 +8,11 @@
 # The tiny test pair (osd/demo/models/tiny/) is built by `python -m osd.demo.build_tiny_pair`.
 set -euo pipefail
 
-PYTHON=${PYTHON:-.venv/bin/python}
 SEED=0
 WORKLOAD_DIR=data/local
 
-cd "$(dirname "$0")/../.."
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT, PYTHON, osd_extra_args
+cd "$ROOT"
 "$PYTHON" data/build_local_workload.py --seed "$SEED" --out_dir "$WORKLOAD_DIR"
 "$PYTHON" -m osd.demo.target
 "$PYTHON" -m osd.demo.build_draft --seed "$SEED" --workload_dir "$WORKLOAD_DIR" --num_threads 2 "$@"

@@ -13,24 +13,24 @@
 #   python data/generate_answer.py --filename data/local/sql_train.json --model osd/demo/models/target
 # (benchmarks/table1_offline.py does this itself).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT, PYTHON, osd_extra_args
 
 USAGE="usage: bash bash_scripts/demo/offline.sh {savepath} {sample_source} {kl_method}"
 SAVEPATH=${1:?$USAGE}
 SAMPLE_SOURCE=${2:?$USAGE}
 KL_METHOD=${3:?$USAGE}
 DOMAIN=${DOMAIN:-sql}
-STUDENT=${STUDENT:-osd/demo/models/draft}
-TEACHER=${TEACHER:-osd/demo/models/target}  # SmolLM2-135M-Instruct, converted by bash_scripts/setup_env.sh
-DATA=${DATA:-data/local/${DOMAIN}_train.json}
-EVAL_DATA=${EVAL_DATA:-data/local/${DOMAIN}_eval.json}
+STUDENT=${STUDENT:-$ROOT/osd/demo/models/draft}
+TEACHER=${TEACHER:-$ROOT/osd/demo/models/target}  # SmolLM2-135M-Instruct, converted by bash_scripts/setup_env.sh
+DATA=${DATA:-$ROOT/data/local/${DOMAIN}_train.json}
+EVAL_DATA=${EVAL_DATA:-$ROOT/data/local/${DOMAIN}_eval.json}
 MAX_STEPS=${MAX_STEPS:-60}
 BATCH_SIZE=${BATCH_SIZE:-8}
 LR=${LR:-1e-4}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-48}
 MAX_EVAL_SAMPLES=${MAX_EVAL_SAMPLES:-80}
 REPORT_TO=${REPORT_TO:-none}
-PYTHON=${PYTHON:-python}
-EXTRA_ARGS=${EXTRA_ARGS:-}
+osd_extra_args
 # tiny models gain nothing from threads, and on a shared CPU extra threads slow torch down many times
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
@@ -41,4 +41,4 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
     --output_dir "$SAVEPATH" --max_steps "$MAX_STEPS" --per_device_train_batch_size "$BATCH_SIZE" \
     --eval_strategy no --save_strategy no --learning_rate "$LR" --lr_scheduler_type constant \
     --model_max_length 256 --max_new_tokens "$MAX_NEW_TOKENS" --teacher_dtype bfloat16 --logging_steps 5 \
-    --report_to "$REPORT_TO" $EXTRA_ARGS
+    --report_to "$REPORT_TO" "${EXTRA[@]}"

@@ -9,6 +9,7 @@
 #
 # Arguments: {savepath} [sample_source (ignored online)] [kl_method]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT, PYTHON, osd_extra_args
 
 USAGE="usage: bash bash_scripts/demo/online.sh {savepath} [sample_source] [kl_method]"
 SAVEPATH=${1:?$USAGE}  # (a literal "}" inside ${...} would end the expansion early)
@@ -17,16 +18,16 @@ KL_METHOD=${3:-forward}
 PER_DOMAIN=${PER_DOMAIN:-60}
 UPDATE_INTERVAL=${UPDATE_INTERVAL:-1}
 LR=${LR:-1e-4}
-STUDENT=${STUDENT:-osd/demo/models/draft}
-TEACHER=${TEACHER:-osd/demo/models/target}  # SmolLM2-135M-Instruct, converted by bash_scripts/setup_env.sh
+STUDENT=${STUDENT:-$ROOT/osd/demo/models/draft}
+TEACHER=${TEACHER:-$ROOT/osd/demo/models/target}  # SmolLM2-135M-Instruct, converted by bash_scripts/setup_env.sh
 STREAM="$SAVEPATH/stream.json"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one request at a time: a second thread gains little on 2 cores
 
 mkdir -p "$SAVEPATH"
-python data/prepare_online.py --kind abrupt --lengths "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" \
-    --inputs sql=data/local/sql_train.json math=data/local/math_train.json \
-    code=data/local/code_train.json finance=data/local/finance_train.json --output "$STREAM"
-python -m osd.train \
+"$PYTHON" "$ROOT/data/prepare_online.py" --kind abrupt --lengths "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" "$PER_DOMAIN" \
+    --inputs sql="$ROOT/data/local/sql_train.json" math="$ROOT/data/local/math_train.json" \
+    code="$ROOT/data/local/code_train.json" finance="$ROOT/data/local/finance_train.json" --output "$STREAM"
+"$PYTHON" -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$STREAM" \
     --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 1 \
     --max_new_tokens 64 --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \
@@ -34,5 +35,5 @@ python -m osd.train \
     --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
     --learning_rate "$LR" --lr_scheduler_type constant --weight_decay 0 --max_grad_norm 0 \
     --save_strategy steps --save_steps 100 --logging_steps 20 --use_cpu True --report_to none
-python -m osd.plots "$SAVEPATH/metrics.jsonl" --label online --stream "$STREAM" --out "$SAVEPATH/alpha.png" \
+"$PYTHON" -m osd.plots "$SAVEPATH/metrics.jsonl" --label online --stream "$STREAM" --out "$SAVEPATH/alpha.png" \
     --window 20 --title "SmolLM2-135M target, online, update every $UPDATE_INTERVAL"

@@ -9,8 +9,9 @@
 # Arguments: {savepath} [sample_source (ignored online: the served tokens are the target's)] [kl_method]
 # Runs bash_scripts/common/online.sh, which holds the other defaults and overrides.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT: repository defaults below
 
 export OSD_SCRIPT=bash_scripts/finance/online.sh  # named in the runner's usage message
-export DATA=${DATA:-data/raw_data/gbharti_finance-alpaca_train.json}
+export DATA=${DATA:-$ROOT/data/raw_data/gbharti_finance-alpaca_train.json}
 
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/online.sh" "$@"

@@ -8,9 +8,10 @@
 #   STUDENT=... TEACHER=... DATA=... bash bash_scripts/online/arena.sh runs/x {file}
 # Runs bash_scripts/common/stream.sh, which holds the other defaults and overrides.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT: repository defaults below
 
 export OSD_USAGE="usage: bash bash_scripts/online/arena.sh {savepath} {file}"
 FILE=${2:?$OSD_USAGE}
-export DATA=${DATA:-data/arena/${FILE}.json}
+export DATA=${DATA:-$ROOT/data/arena/${FILE}.json}
 
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/stream.sh" osd.train "$1"

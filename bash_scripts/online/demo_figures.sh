@@ -9,9 +9,10 @@
 #   bash bash_scripts/online/demo_figures.sh
 #   SCALE=2 bash bash_scripts/online/demo_figures.sh    # streams twice as long
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT, PYTHON
+cd "$ROOT"  # outputs/ are under the repository, from any directory
 
 SCALE=${SCALE:-1}
-PYTHON=${PYTHON:-python}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one query at a time: a second thread gains little on 2 cores
 
 # Fig. 2: also trains its two offline baselines (60 on-policy steps each: disjoint sql queries, the stream's first 10%)

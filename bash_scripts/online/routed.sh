@@ -9,9 +9,10 @@
 #   STUDENT=... TEACHER=... DATA=... bash bash_scripts/online/routed.sh runs/x [route_by]
 # Runs bash_scripts/common/stream.sh, which holds the other defaults and overrides.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT: repository defaults below
 
 export OSD_USAGE="usage: bash bash_scripts/online/routed.sh {savepath} [route_by]"
 ROUTE_BY=${2:-topic}
-export DATA=${DATA:-data/arena/mix_topics.json}
+export DATA=${DATA:-$ROOT/data/arena/mix_topics.json}
 
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/stream.sh" osd.distill.routing "${1-}" --route_by "$ROUTE_BY"

@@ -9,8 +9,9 @@
 #   STUDENT=... TEACHER=... DATA=... bash bash_scripts/online/sharp.sh runs/x
 # Runs bash_scripts/common/stream.sh, which holds the other defaults and overrides.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT: repository defaults below
 
 export OSD_USAGE="usage: bash bash_scripts/online/sharp.sh {savepath}"
-export DATA=${DATA:-data/sharp.json}
+export DATA=${DATA:-$ROOT/data/sharp.json}
 
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/stream.sh" osd.train "${1-}"

@@ -10,6 +10,7 @@
 # Arguments: {savepath} {dataset: gsm8k|spider|finance|code-python, or a stem of data/raw_data/{stem}_{train,test}.json}
 #            {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT, PYTHON, osd_extra_args
 
 USAGE="usage: bash bash_scripts/t5/offline.sh {savepath} {dataset} {sample_source} {kl_method}"
 SAVEPATH=${1:?$USAGE}
@@ -25,17 +26,17 @@ case "$DATASET" in
 esac
 STUDENT=${STUDENT:-google/t5-efficient-small}
 TEACHER=${TEACHER:-google/flan-t5-xl}
-DATA=${DATA:-data/raw_data/${TRAIN_STEM}.json}
-EVAL_DATA=${EVAL_DATA:-data/raw_data/${EVAL_STEM}.json}
+DATA=${DATA:-$ROOT/data/raw_data/${TRAIN_STEM}.json}
+EVAL_DATA=${EVAL_DATA:-$ROOT/data/raw_data/${EVAL_STEM}.json}
 EPOCHS=${EPOCHS:-3}
 BATCH_SIZE=${BATCH_SIZE:-2}
 GRAD_ACC=${GRAD_ACC:-8}
 LR=${LR:-2e-5}
 PRECISION=${PRECISION-"--bf16 True"}  # PRECISION= (empty) for CPU or fp32
 REPORT_TO=${REPORT_TO:-wandb}
-EXTRA_ARGS=${EXTRA_ARGS:-}
+osd_extra_args
 
-python -m osd.train \
+"$PYTHON" -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" \
     --data_path "$DATA" --eval_data_path "$EVAL_DATA" --max_eval_samples 200 \
     --mode offline --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
@@ -43,4 +44,4 @@ python -m osd.train \
     --per_device_train_batch_size "$BATCH_SIZE" --gradient_accumulation_steps "$GRAD_ACC" \
     --eval_strategy steps --eval_steps 50 --save_strategy steps --save_steps 50 --save_total_limit 3 \
     --learning_rate "$LR" --model_max_length 1024 --max_new_tokens 128 --logging_steps 1 \
-    $PRECISION --report_to "$REPORT_TO" $EXTRA_ARGS
+    $PRECISION --report_to "$REPORT_TO" "${EXTRA[@]}"

@@ -7,6 +7,7 @@
 #
 # Arguments: {savepath} {dataset: data/raw_data/{dataset}_train.json} [sample_source (ignored online)] [kl_method]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT, PYTHON, osd_extra_args
 
 USAGE="usage: bash bash_scripts/t5/online.sh {savepath} {dataset} [sample_source] [kl_method]"
 SAVEPATH=${1:?$USAGE}
@@ -15,13 +16,13 @@ SAMPLE_SOURCE=${3:-teacher}
 KL_METHOD=${4:-forward}
 STUDENT=${STUDENT:-google/t5-efficient-small}
 TEACHER=${TEACHER:-google/flan-t5-xl}
-DATA=${DATA:-data/raw_data/${DATASET}_train.json}
+DATA=${DATA:-$ROOT/data/raw_data/${DATASET}_train.json}
 UPDATE_INTERVAL=${UPDATE_INTERVAL:-2}
 LR=${LR:-2e-5}
 PRECISION=${PRECISION:---bf16 True}
 REPORT_TO=${REPORT_TO:-wandb}
 
-python -m osd.train \
+"$PYTHON" -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$DATA" \
     --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
     --online_loss_positions all --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \

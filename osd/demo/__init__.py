@@ -63,6 +63,7 @@ def load_demo_pair(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from osd.demo.target import ensure_if_demo_target
+    from osd.model_checks import check_same_tokenizer
 
     ensure_if_demo_target(target_path)
     for path in (draft_path, target_path):
@@ -70,6 +71,8 @@ def load_demo_pair(
             raise FileNotFoundError(
                 f"{path}: no model here; build the demo draft with `bash bash_scripts/demo/build_demo_models.sh`"
             )
+    tokenizer = AutoTokenizer.from_pretrained(target_path)
+    check_same_tokenizer(draft_path, target_path, tokenizer)
     draft = AutoModelForCausalLM.from_pretrained(draft_path, dtype=draft_dtype or "auto").eval()
     target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype or "auto").eval()
-    return draft, target, AutoTokenizer.from_pretrained(target_path)
+    return draft, target, tokenizer

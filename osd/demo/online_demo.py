@@ -36,6 +36,7 @@ from osd.demo.target import TARGET_NAME
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer, QueryStats
+from osd.model_checks import check_same_tokenizer
 from osd.plots import alpha_series, dataset_bands, plot_alpha, read_log
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
     save_conversations(stream, out / "stream.json")
 
     tokenizer = load_tokenizer(args.target, None)
+    check_same_tokenizer(args.draft, args.target, tokenizer)
     teacher = load_model(args.target, args.dtype, None).eval()
     draft = load_model(args.draft, "float32", None)
     standard = load_model(args.draft, args.draft_dtype, None).eval()  # untouched copy: the Standard baseline

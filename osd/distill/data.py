@@ -21,6 +21,7 @@ A training batch (`make_train_batch`), always right-padded:
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -31,6 +32,8 @@ from osd.conversations import GROUP_FIELDS, assistant_answer, load_conversations
 from osd.prompting import encode_answer, encode_prompt
 
 IGNORE_INDEX = -100
+
+logger = logging.getLogger(__name__)
 
 
 def truncate_prompt(prompt: list[int], max_len: int) -> list[int]:
@@ -48,27 +51,40 @@ class ConversationDataset(Dataset):
         model_max_length: int = 512,
         is_encoder_decoder: bool = False,
         max_samples: int | None = None,
+        prompt_max_length: int | None = None,
     ) -> None:
+        """`prompt_max_length` (decoder-only; default model_max_length - 1) leaves room for generation."""
         self.path = Path(path)
         self.records = load_conversations(self.path)[:max_samples]
         self.tokenizer = tokenizer
         self.model_max_length = model_max_length
         self.is_encoder_decoder = is_encoder_decoder
+        self.prompt_max_length = (
+            model_max_length if is_encoder_decoder else (prompt_max_length or model_max_length - 1)
+        )
+        self.truncated: set[int] = set()  # records whose prompt was truncated
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def encode_query(self, query: str) -> list[int]:
+    def encode_query(self, query: str, index: int) -> list[int]:
+        """Record `index`'s prompt ids, truncated to `prompt_max_length` (each truncated record logged once, counted)."""
         if self.is_encoder_decoder:  # T5 reads the bare query (its tokenizer appends EOS)
             prompt = self.tokenizer(query).input_ids
         else:
             prompt = encode_prompt(self.tokenizer, query)
-        # a decoder-only prompt leaves room for at least one answer token
-        return truncate_prompt(prompt, self.model_max_length - (0 if self.is_encoder_decoder else 1))
+        if len(prompt) > self.prompt_max_length and index not in self.truncated:
+            self.truncated.add(index)
+            logger.warning(
+                "%s, record %d: prompt of %d tokens truncated to its first token and last %d "
+                "(%d records truncated so far)",
+                self.path, index, len(prompt), self.prompt_max_length - 1, len(self.truncated),
+            )  # fmt: skip
+        return truncate_prompt(prompt, self.prompt_max_length)
 
     def __getitem__(self, index: int) -> dict:
         record = self.records[index]
-        prompt = self.encode_query(user_query(record))
+        prompt = self.encode_query(user_query(record), index)
         item: dict = {"prompt_ids": prompt, "index": index, **record_groups(record)}
         answer = assistant_answer(record)
         if answer is not None:

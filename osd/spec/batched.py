@@ -196,6 +196,7 @@ def generate_batch(
     prompts = [ids[m.bool()].tolist() for ids, m in zip(input_ids.cpu(), mask.cpu(), strict=True)]
     if not all(prompts):
         raise ValueError(f"rows {[i for i, p in enumerate(prompts) if not p]} of input_ids are all padding")
+    decoder._check_prompt(input_ids[mask.bool()][None])  # ids within the vocabulary
     if decoder.is_encoder_decoder:
         prefixes = [[decoder.target.config.decoder_start_token_id] for _ in prompts]
     else:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+from transformers import DynamicCache, EncoderDecoderCache, PretrainedConfig, PreTrainedModel
 
 from osd.spec.adaptive import GammaPolicy
 from osd.spec.sampling import accept_reject, acceptance_probability, logits_to_probs, sample
@@ -108,12 +108,12 @@ class _CachedModel:
             self.cache.crop(length - len(self))
 
 
-def _context_limit(model: PreTrainedModel) -> int | None:
-    """Longest decoder sequence the model supports (None when positions are relative, e.g. T5)."""
-    if model.config.is_encoder_decoder:
+def context_limit(config: PretrainedConfig) -> int | None:
+    """Longest decoder sequence a model supports (None when positions are relative, e.g. T5)."""
+    if config.is_encoder_decoder:
         return None
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(model.config, name, None)
+        value = getattr(config, name, None)
         if isinstance(value, int):
             return value
     return None
@@ -157,8 +157,17 @@ class SpeculativeDecoder:
             )
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
         self.vocab_size = min(v_draft, v_target)
+        # ids the prompt may hold: rows of both input embeddings
+        self.num_input_ids = min(
+            draft_model.get_input_embeddings().num_embeddings,
+            target_model.get_input_embeddings().num_embeddings,
+        )
         self.is_encoder_decoder = t_enc
-        limits = [x for x in (_context_limit(draft_model), _context_limit(target_model)) if x is not None]
+        limits = [
+            x
+            for x in (context_limit(draft_model.config), context_limit(target_model.config))
+            if x is not None
+        ]
         self.context_limit = min(limits) if limits else None
 
     @torch.inference_mode()
@@ -179,6 +188,7 @@ class SpeculativeDecoder:
             )
         if temperature < 0 or not 0 < top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        self._check_prompt(input_ids)
         start = time.perf_counter()
         eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
         if self.is_encoder_decoder:
@@ -189,7 +199,8 @@ class SpeculativeDecoder:
             prefix = input_ids[0].tolist()
         if self.context_limit is not None and len(prefix) >= self.context_limit:
             raise ValueError(
-                f"prompt of {len(prefix)} tokens leaves no room within the models' context of {self.context_limit}"
+                f"prompt of {len(prefix)} tokens leaves no room within the models' context of {self.context_limit}; "
+                f"truncate it to fewer tokens (osd.distill.data.truncate_prompt keeps its start and end)"
             )
         state = _DecodeState(
             draft=_CachedModel(self.draft, encoder_ids),
@@ -228,6 +239,22 @@ class SpeculativeDecoder:
             self, input_ids, attention_mask, max_new_tokens, temperature, top_p, eos_token_id, generator,
             return_target_logits,
         )  # fmt: skip
+
+    def _check_prompt(self, input_ids: torch.Tensor) -> None:
+        """Refuse an empty prompt or ids outside the models' vocabulary (one host sync per call)."""
+        if input_ids.shape[1] == 0:
+            raise ValueError(
+                "SpeculativeDecoder.generate got an empty prompt (input_ids of shape [1, 0]); "
+                "encode at least one token (e.g. BOS or the chat template)"
+            )
+        low, high = torch.aminmax(input_ids)
+        low, high = int(low), int(high)
+        if low < 0 or high >= self.num_input_ids:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"prompt token id {bad} is outside the models' vocabulary [0, {self.num_input_ids}); "
+                "encode the prompt with the target's tokenizer"
+            )
 
     def _step(
         self,

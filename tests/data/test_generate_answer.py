@@ -7,6 +7,7 @@ dropped (the reference's bug), and an interrupted run resumed must lose and dupl
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import generate_answer
@@ -148,7 +149,7 @@ def test_interrupted_run_resumes_without_loss_or_duplicates(teacher_dir, convers
         generate_answer.main(flags(teacher_dir, conversations))
     partial = conversations.with_name("toy_train_with_answer.partial.jsonl")
     lines = [json.loads(line) for line in partial.read_text().splitlines()]
-    assert len(lines) == 6  # two finished batches of 3 survive the interruption
+    assert "settings" in lines[0] and len(lines[1:]) == 6  # two finished batches of 3 survive
     with partial.open("a") as f:
         f.write('{"index": 6, "id": "q6", "ans')  # a torn write of the batch in flight
 
@@ -166,11 +167,105 @@ def test_interrupted_run_resumes_without_loss_or_duplicates(teacher_dir, convers
     assert [r["conversation"][-1]["content"] for r in got] == reference_answers(teacher_dir, conversations)
 
 
-def test_partial_file_of_another_input_is_refused(teacher_dir, conversations):
+def interrupted_run(argv: list[str], monkeypatch, batches: int = 1) -> None:
+    """Run generate_answer.main until `batches` batches are written, then interrupt it."""
+    real = generate_answer.generate_batch
+    seen: list[int] = []
+
+    def dies(model, tok, prompts, max_new_tokens):
+        if len(seen) == batches:
+            raise KeyboardInterrupt
+        seen.append(len(prompts))
+        return real(model, tok, prompts, max_new_tokens)
+
+    with monkeypatch.context() as m:
+        m.setattr(generate_answer, "generate_batch", dies)
+        with pytest.raises(KeyboardInterrupt):
+            generate_answer.main(argv)
+
+
+def test_partial_file_of_another_input_is_refused(teacher_dir, conversations, monkeypatch):
+    interrupted_run(flags(teacher_dir, conversations), monkeypatch, batches=0)
     partial = conversations.with_name("toy_train_with_answer.partial.jsonl")
-    partial.write_text(json.dumps({"index": 0, "id": "other0", "answer": "x"}) + "\n")
+    with partial.open("a") as f:
+        f.write(json.dumps({"index": 0, "id": "other0", "answer": "x"}) + "\n")
     with pytest.raises(ValueError, match="does not match the input records"):
         generate_answer.main(flags(teacher_dir, conversations))
+
+
+def test_partial_file_of_another_model_or_settings_is_refused(
+    teacher_dir, conversations, tmp_path, monkeypatch
+):
+    interrupted_run(flags(teacher_dir, conversations), monkeypatch)
+    partial = conversations.with_name("toy_train_with_answer.partial.jsonl")
+    before = partial.read_text()
+    other = tmp_path / "other_teacher"
+    shutil.copytree(teacher_dir, other)
+    with pytest.raises(
+        ValueError, match=r"partial\.jsonl holds answers written with other settings: model"
+    ) as err:
+        generate_answer.main(flags(other, conversations))
+    assert str(other) in str(err.value) and str(teacher_dir) in str(err.value)
+    argv = flags(teacher_dir, conversations)
+    argv[argv.index("--max_new_tokens") + 1] = str(MAX_NEW - 1)
+    with pytest.raises(ValueError, match=f"max_new_tokens {MAX_NEW} \\(now {MAX_NEW - 1}\\)"):
+        generate_answer.main(argv)
+    assert partial.read_text() == before  # refused without touching the answers
+    partial.write_text(json.dumps({"index": 0, "id": "q0", "answer": "x"}) + "\n")  # no settings line
+    with pytest.raises(ValueError, match="records no settings"):
+        generate_answer.main(flags(teacher_dir, conversations))
+
+
+def test_prompt_longer_than_the_context_is_truncated_with_a_count(teacher_dir, tmp_path, monkeypatch, capsys):
+    context = LlamaConfig.from_pretrained(teacher_dir).max_position_embeddings
+    long_query = " ".join(QUERY_WORDS * (context // len(QUERY_WORDS) + 1))
+    recs = [
+        {"id": f"q{i}", "conversation": [{"role": "user", "content": q}]} for i, q in enumerate(QUERIES[:2])
+    ]
+    recs.append({"id": "long", "conversation": [{"role": "user", "content": long_query}]})
+    path = tmp_path / "long.json"
+    save_conversations(recs, path)
+    tok = PreTrainedTokenizerFast.from_pretrained(teacher_dir)
+    full = encode_prompt(tok, long_query)
+    assert len(full) > context
+    served: list[list[int]] = []
+    real = generate_answer.generate_batch
+
+    def recording(model, tok, prompts, max_new_tokens):
+        served.extend(prompts)
+        return real(model, tok, prompts, max_new_tokens)
+
+    monkeypatch.setattr(generate_answer, "generate_batch", recording)
+    generate_answer.main(flags(teacher_dir, path))
+    limit = context - MAX_NEW
+    assert f"1 of 3 prompts are longer than {limit} tokens" in capsys.readouterr().out
+    cut = max(served, key=len)
+    assert cut == full[:1] + full[len(full) - limit + 1 :]  # the template's start (BOS) and its end
+    assert sorted(map(len, served))[:2] == sorted(len(encode_prompt(tok, q)) for q in QUERIES[:2])
+
+
+def test_missing_output_folder_is_created_before_the_model_loads(
+    teacher_dir, conversations, tmp_path, monkeypatch
+):
+    out = tmp_path / "new" / "folder" / "answers.json"
+    real = generate_answer.load_teacher
+    folder_there: list[bool] = []
+
+    def loading(*args):
+        folder_there.append(out.parent.is_dir())
+        return real(*args)
+
+    monkeypatch.setattr(generate_answer, "load_teacher", loading)
+    assert generate_answer.main([*flags(teacher_dir, conversations), "--output", str(out)]) == out
+    assert folder_there == [True] and len(load_conversations(out)) == len(QUERIES)
+
+
+def test_output_equal_to_the_input_is_refused(teacher_dir, conversations):
+    before = conversations.read_bytes()
+    alias = conversations.parent / ".." / conversations.parent.name / conversations.name
+    with pytest.raises(ValueError, match="--output .* is the input file"):
+        generate_answer.main([*flags(teacher_dir, conversations), "--output", str(alias)])
+    assert conversations.read_bytes() == before
 
 
 def test_encoder_decoder_teacher_reads_the_bare_query(tmp_path, conversations):
@@ -210,3 +305,9 @@ def test_encoder_decoder_teacher_reads_the_bare_query(tmp_path, conversations):
             tok.decode(new[: new.index(2)] if 2 in new else new, skip_special_tokens=True).strip()
         )
     assert got == expected and len(set(got)) > 2  # answers depend on the query
+
+
+def test_missing_model_path_is_named(conversations, tmp_path):
+    missing = tmp_path / "models" / "no_such_teacher"
+    with pytest.raises(FileNotFoundError, match=f"model path {missing}: no such folder"):
+        generate_answer.main(flags(missing, conversations))

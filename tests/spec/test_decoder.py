@@ -186,3 +186,20 @@ def test_sampling_reproduces_the_target_distribution():
     # sampling noise: E[TV] <= 0.5 * sum_v sqrt(p_v / n) <= 0.5 * sqrt(8 / n) = 0.037 for n = 1500
     assert tv < 0.06, tv
     assert 0.5 * (draft_marginal - exact).abs().sum() > 0.15  # the margin above separates the two
+
+
+def test_empty_prompt_is_refused_with_what_to_do():
+    target = tiny_model("llama", layers=1)
+    with pytest.raises(ValueError, match=r"empty prompt \(input_ids of shape \[1, 0\]\)"):
+        SpeculativeDecoder(target, target).generate(torch.empty(1, 0, dtype=torch.long), max_new_tokens=3)
+
+
+@pytest.mark.parametrize("bad", [-1, VOCAB, VOCAB + 7])
+def test_out_of_vocabulary_prompt_id_is_refused(bad):
+    target = tiny_model("llama", layers=1)
+    prompt = _prompt()
+    prompt[0, 2] = bad
+    with pytest.raises(
+        ValueError, match=rf"prompt token id {bad} is outside the models' vocabulary \[0, {VOCAB}\)"
+    ):
+        SpeculativeDecoder(target, target).generate(prompt, max_new_tokens=3)
