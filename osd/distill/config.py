@@ -112,8 +112,12 @@ class DistillTrainingArguments(TrainingArguments):
             "(what the reference code called jsd)."
         },
     )
-    max_propose_num: int = field(
-        default=5, metadata={"help": "gamma: draft tokens proposed per verification step (eval and serving)."}
+    max_propose_num: str = field(  # an int after __post_init__, or "auto"
+        default="5",
+        metadata={
+            "help": "gamma: draft tokens proposed per verification step (eval and serving), or 'auto': chosen "
+            "per step from the running alpha and the measured draft/verify costs (osd.spec.adaptive)."
+        },
     )
     online_eval_interval: int = field(
         default=10, metadata={"help": "Online mode: log the windowed alpha every this many queries."}
@@ -196,8 +200,8 @@ class DistillTrainingArguments(TrainingArguments):
         _check_choice("online_loss_positions", self.online_loss_positions, ONLINE_LOSS_POSITIONS)
         if self.draft_serving_dtype is not None:
             _check_choice("draft_serving_dtype", self.draft_serving_dtype, DTYPES[1:])
+        self.max_propose_num = _gamma(self.max_propose_num)
         for flag in (
-            "max_propose_num",
             "online_eval_interval",
             "online_update_interval",
             "online_alpha_window",
@@ -218,3 +222,16 @@ class DistillTrainingArguments(TrainingArguments):
             raise ValueError(
                 "--remove_unused_columns must be False: the trainer reads prompt_ids and group fields"
             )
+
+
+def _gamma(value: int | str) -> int | str:
+    """--max_propose_num as an int >= 1, or "auto"."""
+    if value == "auto":
+        return value
+    try:
+        gamma = int(value)
+    except (TypeError, ValueError):
+        gamma = 0
+    if gamma < 1 or str(gamma) != str(value).strip():
+        raise ValueError(f"--max_propose_num must be an integer >= 1 or 'auto', got {value!r}")
+    return gamma

@@ -365,7 +365,8 @@ class OnlineDistillTrainer(DistillTrainer):
         generator = None
         if self.args.eval_temperature > 0:  # seeded per query so that a resumed run samples the same
             generator = torch.Generator(draft.device).manual_seed(self.args.seed + len(self.online.queries))
-        out = SpeculativeDecoder(draft, self.teacher_model, gamma=self.args.max_propose_num).generate(
+        decoder = SpeculativeDecoder(draft, self.teacher_model, self.args.max_propose_num, self.gamma_policy)
+        out = decoder.generate(
             input_ids,
             max_new_tokens=self.args.max_new_tokens,
             temperature=self.args.eval_temperature,

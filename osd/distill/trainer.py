@@ -32,7 +32,7 @@ from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import make_train_batch, responses_from_labels, unpad
 from osd.distill.losses import get_divergence
 from osd.distill.sources import SamplingConfig, sample_responses
-from osd.spec import AcceptanceStats, SpecOutput, SpeculativeDecoder
+from osd.spec import AcceptanceStats, GammaPolicy, SpecOutput, SpeculativeDecoder
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
 
@@ -86,6 +86,8 @@ class DistillTrainer(Trainer):
         self.sampling = SamplingConfig(args.max_new_tokens, args.sample_temperature, eos_id, pad_id)
         # sample sources draw from their own generator: runs are reproducible for a given --seed
         self.sample_generator = torch.Generator().manual_seed(args.seed)
+        # --max_propose_num auto: one policy for every decoder, so that its alpha and costs carry over
+        self.gamma_policy = GammaPolicy() if args.max_propose_num == "auto" else None
         self.add_callback(MetricsJsonlCallback())
 
     # ---- training ---------------------------------------------------------------------------
@@ -200,7 +202,9 @@ class DistillTrainer(Trainer):
         student = self.accelerator.unwrap_model(self.model)
         was_training = student.training
         student.eval()
-        decoder = SpeculativeDecoder(student, self.teacher_model, gamma=self.args.max_propose_num)
+        decoder = SpeculativeDecoder(
+            student, self.teacher_model, self.args.max_propose_num, self.gamma_policy
+        )
         generator = torch.Generator().manual_seed(self.args.seed)
         items = [dataset[i] for i in range(len(dataset))]
         outputs = [

@@ -87,3 +87,23 @@ def test_online_mode_dispatches_to_the_online_trainer(saved_pair, tmp_path, monk
     data = write_conversations(tmp_path / "d.json")
     main(_argv(*saved_pair, data, tmp_path / "online", "--mode", "online", "--max_steps", "2", batch_size=1))
     assert used == ["OnlineDistillTrainer"]
+
+
+def test_max_propose_num_auto_serves_and_evaluates(saved_pair, tmp_path):
+    """--max_propose_num auto: the trainer's alpha evaluation and online serving use one GammaPolicy."""
+    data = write_conversations(tmp_path / "d.json")
+    result = main(_argv(*saved_pair, data, tmp_path / "off", "--max_propose_num", "auto", "--max_steps", "1"))
+    assert 0 <= result["eval_alpha"] <= 1
+    online = ["--mode", "online", "--per_device_train_batch_size", "1", "--online_eval_interval", "1"]
+    main([*_argv(*saved_pair, data, tmp_path / "on", "--max_propose_num", "auto", "--max_steps", "2"), *online])
+    entries = [m for m in read_metrics(tmp_path / "on") if "alpha_window" in m]
+    assert [m["queries"] for m in entries] == [1, 2]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "2.5", "fast"])
+def test_bad_max_propose_num_names_the_flag(value, tmp_path):
+    from osd.distill.config import DistillTrainingArguments
+
+    with pytest.raises(ValueError, match="--max_propose_num"):
+        DistillTrainingArguments(output_dir=str(tmp_path), max_propose_num=value)
+    assert DistillTrainingArguments(output_dir=str(tmp_path), max_propose_num="3").max_propose_num == 3
