@@ -14,7 +14,7 @@ set -euo pipefail
 USAGE="usage: bash ${OSD_SCRIPT:-bash_scripts/common/offline.sh} {savepath} {sample_source} {kl_method}"
 SAVEPATH=${1:?$USAGE}
 SAMPLE_SOURCE=${2:?$USAGE}
-KL_METHOD=${3:?$USAGE}
+KL_METHOD=${3:?$USAGE}  # jsd: the generalised JSD; the reference code's "jsd" (0.9 forward + 0.1 reverse KL) is reference_mix
 PYTHON=${PYTHON:-python}
 STUDENT=${STUDENT:-JackFram/llama-160m}
 TEACHER=${TEACHER:-lmsys/vicuna-7b-v1.3}

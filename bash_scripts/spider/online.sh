@@ -12,5 +12,6 @@ set -euo pipefail
 
 export OSD_SCRIPT=bash_scripts/spider/online.sh  # named in the runner's usage message
 export DATA=${DATA:-data/raw_data/spider_train.json}
+export MAX_LENGTH=${MAX_LENGTH:-256}
 
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/online.sh" "$@"

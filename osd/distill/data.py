@@ -48,8 +48,10 @@ class ConversationDataset(Dataset):
         model_max_length: int = 512,
         is_encoder_decoder: bool = False,
         max_samples: int | None = None,
+        query_prefix: str = "",
     ) -> None:
         self.path = Path(path)
+        self.query_prefix = query_prefix  # put before every query (--source_prefix)
         self.records = load_conversations(self.path)[:max_samples]
         self.tokenizer = tokenizer
         self.model_max_length = model_max_length
@@ -68,7 +70,7 @@ class ConversationDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict:
         record = self.records[index]
-        prompt = self.encode_query(user_query(record))
+        prompt = self.encode_query(self.query_prefix + user_query(record))
         item: dict = {"prompt_ids": prompt, "index": index, **record_groups(record)}
         answer = assistant_answer(record)
         if answer is not None:
