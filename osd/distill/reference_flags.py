@@ -12,7 +12,8 @@ its bash scripts build. `translate` rewrites, with a one-line notice each:
   --online_loss_positions, --fast_eval -> --max_eval_samples 200;
 - flags the reference parsed but its distillation never read (NO_EFFECT): dropped, saying so.
 --max_train_samples, --max_eval_samples and --source_prefix are our own flags (osd.distill.config).
-A reference flag whose meaning cannot hold here (--max_predict_samples: no predict stage) is an error.
+A reference flag whose meaning cannot hold here (--do_predict, --max_predict_samples: no predict stage)
+is an error.
 """
 
 from __future__ import annotations
@@ -60,15 +61,16 @@ WITH_ANSWERS = {
     "python_with_answers": "code_search_net",
 }
 DATASET_CONFIGS = {"code_search_net": "python"}  # the only configuration with local files
+PREDICT = ("--do_predict", "--max_predict_samples")  # the reference's T5 predict stage: none here
 HANDLED = {
     *RENAMED,
     *NO_EFFECT,
+    *PREDICT,
     "--warmup_ratio",
     "--all_token_mask",
     "--fast_eval",
     "--dataset_name",
     "--dataset_config_name",
-    "--max_predict_samples",
 }
 
 
@@ -158,11 +160,13 @@ def translate(argv: Sequence[str]) -> list[str]:
             if _to_bool(flag, value) and "--max_eval_samples" not in given:
                 logger.warning("reference flag --fast_eval -> --max_eval_samples %d", FAST_EVAL_SAMPLES)
                 out += ["--max_eval_samples", str(FAST_EVAL_SAMPLES)]
-        elif flag == "--max_predict_samples":
-            raise ValueError(
-                "--max_predict_samples: osd.train has no predict stage; measure alpha on held-out records "
-                "with --eval_data_path and --max_eval_samples"
-            )
+        elif flag in PREDICT:
+            if flag == "--max_predict_samples" or _to_bool(flag, value):
+                raise ValueError(
+                    f"{flag}: osd.train has no predict stage; measure alpha on held-out records "
+                    "with --eval_data_path and --max_eval_samples"
+                )
+        # --dataset_name and --dataset_config_name: below, as they need each other and --do_eval
     if "--dataset_name" in given:
         out += _dataset_flags(given)
     elif "--dataset_config_name" in given:

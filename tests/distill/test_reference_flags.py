@@ -109,6 +109,7 @@ def test_flags_the_reference_never_read_are_dropped_saying_so(caplog):
     ("argv", "match"),
     [
         (["--max_predict_samples", "5"], "--max_predict_samples"),
+        (["--do_predict"], "--do_predict: osd.train has no predict stage"),
         (["--warmup_ratio", "1.0"], "--warmup_ratio"),
         (
             ["--source_max_length", "128", "--model_max_length", "256"],
