@@ -85,19 +85,15 @@ def _to_bool(flag: str, value: str | None) -> bool:
 
 
 def split_flags(argv: Sequence[str]) -> list[tuple[str, str | None]]:
-    """argv -> (flag, value) pairs; a flag without a value (a bare boolean) has None.
+    """argv -> (flag, value) pairs; a flag without a value (a bare boolean, -h) has None.
 
-    `--flag=value` and `--flag value` both work; a value never starts with "--".
+    `--flag=value` and `--flag value` both work; a value never starts with "--". A stray token
+    becomes a flag of its own, which HfArgumentParser then refuses by name.
     """
     pairs: list[tuple[str, str | None]] = []
     i = 0
     while i < len(argv):
-        token = argv[i]
-        if not token.startswith("--"):
-            raise ValueError(
-                f"unexpected argument {token!r}: every argument is a --flag, with a value or not"
-            )
-        flag, eq, inline = token.partition("=")
+        flag, eq, inline = argv[i].partition("=")
         value: str | None = inline if eq else None
         if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
             value, i = argv[i + 1], i + 1

@@ -133,6 +133,8 @@ def test_reference_flags_that_cannot_hold_are_errors_naming_the_flag(argv, match
 def test_an_unknown_flag_is_still_refused():
     with pytest.raises(ValueError, match="--no_such_flag"):
         parse_cli(parser(), ["--no_such_flag", "1"])
+    with pytest.raises(ValueError, match="stray"):
+        parse_cli(parser(), ["--seed", "1", "--use_cpu", "True", "stray"])
 
 
 def test_dataset_name_reads_the_local_files_and_with_answers_the_teachers():
