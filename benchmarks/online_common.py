@@ -99,7 +99,8 @@ def run_offline(
     max_new_tokens: int = 48,
 ) -> Path:
     """A static baseline: offline distillation (on-policy: student samples, forward KL) on `records`,
-    with bash_scripts/demo/offline.sh's settings; returns the draft's folder (out_dir)."""
+    with bash_scripts/demo/offline.sh's settings but gradients clipped at 1.0, as recorded; returns the draft's
+    folder (out_dir)."""
     fresh_run_dir(out_dir, records, "train.json")
     argv = [
         "--student_model_path", str(student), "--teacher_model_path", str(TARGET_PATH), "--teacher_dtype", "bfloat16",
