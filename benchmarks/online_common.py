@@ -99,7 +99,8 @@ def run_offline(
     max_new_tokens: int = 48,
 ) -> Path:
     """A static baseline: offline distillation (on-policy: student samples, forward KL) on `records`,
-    with bash_scripts/demo/offline.sh's settings; returns the draft's folder (out_dir)."""
+    with bash_scripts/demo/offline.sh's settings but gradients clipped at 1.0, as recorded; returns the draft's
+    folder (out_dir)."""
     fresh_run_dir(out_dir, records, "train.json")
     argv = [
         "--student_model_path", str(student), "--teacher_model_path", str(TARGET_PATH), "--teacher_dtype", "bfloat16",
@@ -107,6 +108,7 @@ def run_offline(
         "--sample_source", "student", "--kl_method", "forward", "--max_propose_num", "1",
         "--max_steps", str(max_steps), "--per_device_train_batch_size", "8", "--learning_rate", str(learning_rate),
         "--lr_scheduler_type", "constant", "--model_max_length", "256", "--max_new_tokens", str(max_new_tokens),
+        "--max_grad_norm", "1.0",  # the recorded baselines clipped at HF's 1.0 (the default before issue 13)
         "--eval_strategy", "no", "--eval_on_start", "False", "--save_strategy", "no", "--logging_steps", "10",
         "--report_to", "none", "--use_cpu", "True", "--disable_tqdm", "True", "--seed", "0",
     ]  # fmt: skip

@@ -105,6 +105,7 @@ def make_trainer(
         per_device_train_batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         lr_scheduler_type="constant",
+        max_grad_norm=1.0,  # the recorded table clipped at HF's 1.0 (the default before issue 13; the reference: 0)
         max_new_tokens=args.max_new_tokens,
         max_propose_num=args.max_propose_num,
         eval_on_start=False,  # Standard is measured once for the whole table

@@ -8,7 +8,8 @@ Usage (real models, as the paper; see bash_scripts/*/offline.sh):
 
 Usage (embedded demo pair, CPU, no downloads): bash bash_scripts/demo/offline.sh runs/demo student forward
 
-Every `transformers.TrainingArguments` flag works too. Training resumes from the last
+Every `transformers.TrainingArguments` flag works too, and so do the reference's command lines
+(osd.distill.reference_flags maps its renamed and T5-only flags). Training resumes from the last
 `checkpoint-*` in --output_dir, or from --resume_from_checkpoint.
 """
 
@@ -33,6 +34,7 @@ from osd.demo.target import ensure_if_demo_target
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
+from osd.distill.reference_flags import parse_cli
 from osd.distill.trainer import DistillTrainer
 from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths
 
@@ -88,13 +90,13 @@ def load_models(
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args = parse_cli(parser, sys.argv[1:] if argv is None else argv)
     if model_args.teacher_model_path is None:
         raise ValueError("--teacher_model_path is required")
     if data_args.data_path is None:
         raise ValueError("--data_path is required")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     setup_wandb(training_args.report_to)
 
     tokenizer, student, teacher = load_models(model_args)
@@ -105,10 +107,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     def dataset(path: str, max_samples: int | None = None) -> ConversationDataset:
         return ConversationDataset(
-            path, tokenizer, data_args.model_max_length, is_enc_dec, max_samples, prompt_limit
+            path,
+            tokenizer,
+            data_args.model_max_length,
+            is_enc_dec,
+            max_samples,
+            prompt_limit,
+            data_args.source_prefix,
         )
 
-    train_dataset = dataset(data_args.data_path)
+    train_dataset = dataset(data_args.data_path, data_args.max_train_samples)
     eval_dataset = (
         dataset(data_args.eval_data_path, data_args.max_eval_samples) if data_args.eval_data_path else None
     )

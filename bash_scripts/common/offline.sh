@@ -15,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # ROOT, PYTHON, osd_extra_args
 USAGE="usage: bash ${OSD_SCRIPT:-bash_scripts/common/offline.sh} {savepath} {sample_source} {kl_method}"
 SAVEPATH=${1:?$USAGE}
 SAMPLE_SOURCE=${2:?$USAGE}
-KL_METHOD=${3:?$USAGE}
+KL_METHOD=${3:?$USAGE}  # jsd: the generalised JSD; the reference code's "jsd" (0.9 forward + 0.1 reverse KL) is reference_mix
 STUDENT=${STUDENT:-JackFram/llama-160m}
 TEACHER=${TEACHER:-lmsys/vicuna-7b-v1.3}
 DATA=${DATA:?set DATA to the training conversations (JSON)}

@@ -13,5 +13,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT: repository def
 
 export OSD_SCRIPT=bash_scripts/finance/online.sh  # named in the runner's usage message
 export DATA=${DATA:-$ROOT/data/raw_data/gbharti_finance-alpaca_train.json}
+export MAX_LENGTH=${MAX_LENGTH:-256}
+export EPOCHS=${EPOCHS:-3}
+export SCHEDULE=${SCHEDULE:-cosine}
 
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/online.sh" "$@"

@@ -13,5 +13,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT: repository def
 
 export OSD_SCRIPT=bash_scripts/spider/online.sh  # named in the runner's usage message
 export DATA=${DATA:-$ROOT/data/raw_data/spider_train.json}
+export MAX_LENGTH=${MAX_LENGTH:-256}
 
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../common/online.sh" "$@"

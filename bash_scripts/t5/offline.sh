@@ -16,7 +16,7 @@ USAGE="usage: bash bash_scripts/t5/offline.sh {savepath} {dataset} {sample_sourc
 SAVEPATH=${1:?$USAGE}
 DATASET=${2:?$USAGE}
 SAMPLE_SOURCE=${3:?$USAGE}
-KL_METHOD=${4:?$USAGE}
+KL_METHOD=${4:?$USAGE}  # jsd: the generalised JSD; the reference code's "jsd" (0.9 forward + 0.1 reverse KL) is reference_mix
 case "$DATASET" in
     gsm8k) TRAIN_STEM=gsm8k_train EVAL_STEM=gsm8k_test ;;
     spider) TRAIN_STEM=spider_train EVAL_STEM=spider_validation ;;
@@ -43,5 +43,6 @@ osd_extra_args
     --output_dir "$SAVEPATH" --num_train_epochs "$EPOCHS" \
     --per_device_train_batch_size "$BATCH_SIZE" --gradient_accumulation_steps "$GRAD_ACC" \
     --eval_strategy steps --eval_steps 50 --save_strategy steps --save_steps 50 --save_total_limit 3 \
-    --learning_rate "$LR" --model_max_length 1024 --max_new_tokens 128 --logging_steps 1 \
+    --learning_rate "$LR" --lr_scheduler_type cosine --warmup_steps 0.03 --weight_decay 0 \
+    --model_max_length 1024 --max_new_tokens 128 --logging_steps 1 \
     $PRECISION --report_to "$REPORT_TO" "${EXTRA[@]}"

@@ -13,7 +13,7 @@ USAGE="usage: bash bash_scripts/t5/online.sh {savepath} {dataset} [sample_source
 SAVEPATH=${1:?$USAGE}
 DATASET=${2:?$USAGE}
 SAMPLE_SOURCE=${3:-teacher}
-KL_METHOD=${4:-forward}
+KL_METHOD=${4:-forward}  # jsd: the generalised JSD; the reference code's "jsd" (0.9 forward + 0.1 reverse KL) is reference_mix
 STUDENT=${STUDENT:-google/t5-efficient-small}
 TEACHER=${TEACHER:-google/flan-t5-xl}
 DATA=${DATA:-$ROOT/data/raw_data/${DATASET}_train.json}
@@ -25,7 +25,7 @@ REPORT_TO=${REPORT_TO:-wandb}
 "$PYTHON" -m osd.train \
     --student_model_path "$STUDENT" --teacher_model_path "$TEACHER" --data_path "$DATA" \
     --mode online --sample_source "$SAMPLE_SOURCE" --kl_method "$KL_METHOD" --max_propose_num 5 \
-    --online_loss_positions all --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 1 \
+    --online_loss_positions all --online_update_interval "$UPDATE_INTERVAL" --online_eval_interval 10 \
     --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
     --learning_rate "$LR" --lr_scheduler_type constant --max_grad_norm 0 \
     --model_max_length 1024 --max_new_tokens 128 --save_strategy steps --save_steps 500 --logging_steps 50 \

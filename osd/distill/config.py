@@ -76,6 +76,13 @@ class DataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Measure alpha on at most this many eval records (the first ones)."}
     )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Train on at most this many records of --data_path (the first ones)."}
+    )
+    source_prefix: str = field(
+        default="",
+        metadata={"help": "Text put before every query (the reference's T5 flag, e.g. 'summarize: ')."},
+    )
     lazy_preprocess: bool = field(
         default=True,
         metadata={
@@ -86,8 +93,9 @@ class DataArguments:
     def __post_init__(self) -> None:
         if self.model_max_length < 2:
             raise ValueError(f"--model_max_length must be >= 2, got {self.model_max_length}")
-        if self.max_eval_samples is not None and self.max_eval_samples < 1:
-            raise ValueError(f"--max_eval_samples must be >= 1, got {self.max_eval_samples}")
+        for flag in ("max_eval_samples", "max_train_samples"):
+            if getattr(self, flag) is not None and getattr(self, flag) < 1:
+                raise ValueError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
 
 
 @dataclass
@@ -97,7 +105,7 @@ class DistillTrainingArguments(TrainingArguments):
         metadata={"help": f"{list(MODES)}: distil on a fixed data set, or serve a stream and distil online."},
     )
     sample_source: str = field(
-        default="teacher",
+        default="student",
         metadata={
             "help": f"{list(SAMPLE_SOURCES)}: where the training tokens come from: the teacher's answer "
             "(from the data set, else generated), the student's own generation, a per-request mix, "
@@ -179,11 +187,15 @@ class DistillTrainingArguments(TrainingArguments):
             "copy between queries; the updated draft serves one query later than without it. Needs a spare core."
         },
     )
-    # Changed defaults. The reference trains with adamw_torch; "Standard" speculative decoding is
+    # Changed defaults. The reference trains with adamw_torch and without gradient clipping (it forced
+    # max_grad_norm=0; here 0 is the default and a flag may set it); "Standard" speculative decoding is
     # measured before the first step; the collated batches carry prompt_ids and group names that
     # the model's forward does not take, so Trainer must not drop "unused" columns.
     optim: str = field(
         default="adamw_torch", metadata={"help": "The optimizer (the reference's adamw_torch)."}
+    )
+    max_grad_norm: float = field(
+        default=0.0, metadata={"help": "Gradient clipping norm; 0 = none (the reference forced 0)."}
     )
     eval_on_start: bool = field(
         default=True, metadata={"help": "Measure alpha before the first step: the 'Standard' SD baseline."}

@@ -52,9 +52,11 @@ class ConversationDataset(Dataset):
         is_encoder_decoder: bool = False,
         max_samples: int | None = None,
         prompt_max_length: int | None = None,
+        query_prefix: str = "",
     ) -> None:
         """`prompt_max_length` (decoder-only; default model_max_length - 1) leaves room for generation."""
         self.path = Path(path)
+        self.query_prefix = query_prefix  # put before every query (--source_prefix)
         self.records = load_conversations(self.path)[:max_samples]
         self.tokenizer = tokenizer
         self.model_max_length = model_max_length
@@ -84,7 +86,7 @@ class ConversationDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict:
         record = self.records[index]
-        prompt = self.encode_query(user_query(record), index)
+        prompt = self.encode_query(self.query_prefix + user_query(record), index)
         item: dict = {"prompt_ids": prompt, "index": index, **record_groups(record)}
         answer = assistant_answer(record)
         if answer is not None:

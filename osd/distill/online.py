@@ -285,12 +285,6 @@ class OnlineDistillTrainer(DistillTrainer):
                     f"online mode serves one query per step on one process: --{flag} must be 1, got {value} "
                     "(batch queries with --online_update_interval instead)"
                 )
-        if a.sample_source != "teacher":
-            logger.warning(
-                "--sample_source %s is ignored in online mode: the draft is distilled on the served sequence, "
-                "which the target's verification produced",
-                a.sample_source,
-            )
         if a.max_steps <= 0 and a.num_train_epochs != 1:
             logger.warning(
                 "online mode serves the stream %s times (--num_train_epochs %s); pass --num_train_epochs 1 to serve it once",

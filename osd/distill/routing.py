@@ -41,6 +41,7 @@ from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer
+from osd.distill.reference_flags import parse_cli
 
 Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
 
@@ -158,16 +159,23 @@ def main(argv: list[str] | None = None) -> None:
     """Online distillation with one draft per --route_by value, every draft starting from --student_model_path."""
     from osd.train import load_models
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments, RoutingArguments))
-    model_args, data_args, args, routing = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, args, routing = parse_cli(parser, sys.argv[1:] if argv is None else argv)
     if model_args.teacher_model_path is None or data_args.data_path is None:
         raise ValueError("--teacher_model_path and --data_path (the stream) are required")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     setup_wandb(args.report_to)
     args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
-    stream = ConversationDataset(data_args.data_path, tokenizer, data_args.model_max_length, is_enc_dec)
+    stream = ConversationDataset(
+        data_args.data_path,
+        tokenizer,
+        data_args.model_max_length,
+        is_enc_dec,
+        data_args.max_train_samples,
+        data_args.source_prefix,
+    )
     values = [record_groups(r).get(routing.route_by) for r in stream.records]
     routes = routing.routes or list(dict.fromkeys(v for v in values if v is not None))
     if not routes:

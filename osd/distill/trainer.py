@@ -205,7 +205,8 @@ class DistillTrainer(Trainer):
         decoder = SpeculativeDecoder(
             student, self.teacher_model, self.args.max_propose_num, self.gamma_policy
         )
-        generator = torch.Generator().manual_seed(self.args.seed)
+        # on the device the draft samples on (osd.spec.sampling.generator_on covers a spread teacher)
+        generator = torch.Generator(device=student.device).manual_seed(self.args.seed)
         items = [dataset[i] for i in range(len(dataset))]
         outputs = [
             decoder.generate(

@@ -41,10 +41,25 @@ def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0
     return probs
 
 
+def generator_on(device: torch.device, generator: torch.Generator | None) -> torch.Generator | None:
+    """A generator on `device`: `generator` itself when it is there, else a new one seeded by a draw from it.
+
+    torch samples only with a generator on the tensor's device; this lets one seeded generator drive
+    sampling on every device (a CPU generator with CUDA probabilities, a target spread over GPUs)
+    and stay reproducible.
+    """
+    if generator is None or generator.device == torch.device(device):
+        return generator
+    seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row: [..., V] -> [...]. Deterministic argmax for one-hot rows."""
+    """One token per row: [..., V] -> [...], drawn on the probabilities' device. Deterministic argmax for one-hot rows."""
     flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    return torch.multinomial(flat, 1, generator=generator_on(flat.device, generator)).reshape(
+        probs.shape[:-1]
+    )
 
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -95,7 +95,9 @@ def test_max_propose_num_auto_serves_and_evaluates(saved_pair, tmp_path):
     result = main(_argv(*saved_pair, data, tmp_path / "off", "--max_propose_num", "auto", "--max_steps", "1"))
     assert 0 <= result["eval_alpha"] <= 1
     online = ["--mode", "online", "--per_device_train_batch_size", "1", "--online_eval_interval", "1"]
-    main([*_argv(*saved_pair, data, tmp_path / "on", "--max_propose_num", "auto", "--max_steps", "2"), *online])
+    main(
+        [*_argv(*saved_pair, data, tmp_path / "on", "--max_propose_num", "auto", "--max_steps", "2"), *online]
+    )
     entries = [m for m in read_metrics(tmp_path / "on") if "alpha_window" in m]
     assert [m["queries"] for m in entries] == [1, 2]
 

@@ -21,16 +21,20 @@ def make_trainer(
     student, teacher, tokenizer, train_path, out_dir, eval_path=None, **overrides
 ) -> DistillTrainer:
     enc_dec = bool(student.config.is_encoder_decoder)
-    args = {
-        "output_dir": str(out_dir),
-        "report_to": "none",
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "max_new_tokens": 8,
-        "eval_on_start": eval_path is not None,
-        "seed": 0,
-        "disable_tqdm": True,
-    } | overrides
+    args = (
+        {
+            "output_dir": str(out_dir),
+            "report_to": "none",
+            "save_strategy": "no",
+            "logging_steps": 1,
+            "max_new_tokens": 8,
+            "eval_on_start": eval_path is not None,
+            "seed": 0,
+            "disable_tqdm": True,
+            "sample_source": "teacher",  # the data set's answers (or the teacher's generation) unless a test says otherwise
+        }
+        | overrides
+    )
     return DistillTrainer(
         model=student,
         teacher_model=teacher,
@@ -219,3 +223,31 @@ def test_distillation_raises_alpha(llama_pair, tokenizer, tmp_path):
     after = trainer.evaluate()["eval_alpha"]
     before = next(h["eval_alpha"] for h in trainer.state.log_history if "eval_alpha" in h)
     assert after > before + 0.1, (before, after)
+
+
+def test_sampled_alpha_draws_on_the_students_device(
+    llama_pair, tokenizer, conversation_file, tmp_path, monkeypatch
+):
+    """--eval_temperature > 0: the evaluation generator lives where the draft's probabilities are."""
+    from osd.spec import SpeculativeDecoder
+
+    student, teacher = llama_pair
+    devices = []
+    generate = SpeculativeDecoder.generate
+
+    def recording_generate(self, *args, generator=None, **kwargs):
+        devices.append(generator.device)
+        return generate(self, *args, generator=generator, **kwargs)
+
+    monkeypatch.setattr(SpeculativeDecoder, "generate", recording_generate)
+    trainer = make_trainer(
+        student,
+        teacher,
+        tokenizer,
+        conversation_file,
+        tmp_path,
+        eval_path=conversation_file,
+        eval_temperature=0.7,
+    )
+    alpha = trainer.evaluate()["eval_alpha"]
+    assert 0 <= alpha <= 1 and devices and set(devices) == {student.device}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from osd.spec.sampling import accept_reject, acceptance_probability, logits_to_probs, sample
+from osd.spec.sampling import accept_reject, acceptance_probability, generator_on, logits_to_probs, sample
 
 
 def test_temperature_zero_is_one_hot_argmax():
@@ -55,3 +55,44 @@ def test_first_emitted_token_is_distributed_as_the_target():
     # each frequency has std <= sqrt(0.25 / 20000) = 0.0035; 0.015 is over 4 standard deviations
     torch.testing.assert_close(counts / n_trials, p[0], rtol=0, atol=0.015)
     assert (q[0] - p[0]).abs().max() > 0.1  # the draft alone would fail the check above
+
+
+class _RecordingGenerator:
+    """Stands in for torch.Generator on a device this machine lacks ("meta" has no generator)."""
+
+    def __init__(self, device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+        self.seed: int | None = None
+
+    def manual_seed(self, seed: int) -> _RecordingGenerator:
+        self.seed = seed
+        return self
+
+
+def test_sample_uses_a_generator_on_the_probabilities_device(monkeypatch):
+    """A CPU generator with probabilities elsewhere (CUDA, a teacher spread over devices): torch would raise."""
+    cpu_generator = torch.Generator().manual_seed(0)
+    used: list[_RecordingGenerator | torch.Generator] = []
+
+    def multinomial(probs, num_samples, generator=None):
+        used.append(generator)
+        return torch.zeros(probs.shape[0], num_samples, dtype=torch.long, device=probs.device)
+
+    monkeypatch.setattr(torch, "Generator", _RecordingGenerator)
+    monkeypatch.setattr(torch, "multinomial", multinomial)
+    probs = torch.full((3, 5), 0.2, device="meta")
+    assert sample(probs, cpu_generator).device == probs.device
+    sample(probs, cpu_generator)
+    assert [g.device for g in used] == [probs.device] * 2
+    # seeded from the caller's generator: reproducible, and a fresh stream per call
+    assert used[0].seed != used[1].seed
+    cpu_generator.manual_seed(0)
+    assert [g.seed for g in used] == [int(torch.randint(2**62, (1,), generator=cpu_generator)) for _ in used]
+
+
+def test_a_generator_on_the_right_device_is_used_as_is():
+    generator = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(4, 6), -1)
+    expected = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(3))[:, 0]
+    assert torch.equal(sample(probs, generator), expected)
+    assert generator_on(torch.device("cpu"), None) is None
