@@ -30,7 +30,7 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
-from osd.spec.decoder import SpecOutput, SpeculativeDecoder, accepts_logits_to_keep
+from osd.spec.decoder import SequenceRecord, SpecOutput, SpeculativeDecoder, StepTimes, accepts_logits_to_keep
 from osd.spec.sampling import accept_reject_rows, acceptance_probability, logits_to_probs, sample
 
 PAD_ID = 0  # fed at padded slots; masked, so any valid id does
@@ -144,83 +144,37 @@ class _RowCache:
 
 
 @dataclass
-class _Row:
-    """Bookkeeping of one row (as `_DecodeState` for `generate`)."""
-
-    tokens: list[int]  # committed: prompt (or decoder start), then generated
-    prompt_len: int
-    budget: int  # tokens this row may generate
-    alpha_sum: float = 0.0
-    num_proposed: int = 0
-    accepted_lengths: list[int] = field(default_factory=list)
-    wrong_positions: list[int] = field(default_factory=list)
-    target_rows: list[torch.Tensor] = field(default_factory=list)
-    num_target_calls: int = 0
-
-    @property
-    def num_generated(self) -> int:
-        return len(self.tokens) - self.prompt_len
+class _Row(SequenceRecord):
+    budget: int = 0  # tokens this row may generate
 
 
-@dataclass
-class _Timers:
-    draft: float = 0.0
-    target: float = 0.0
-    accept: float = 0.0
-    cache: float = 0.0
-
-
-@torch.inference_mode()
-def generate_batch(
+def decode_batch(
     decoder: SpeculativeDecoder,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    max_new_tokens: int = 128,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    eos_token_id: int | list[int] | None = None,
-    generator: torch.Generator | None = None,
-    return_target_logits: bool = False,
+    mask: torch.Tensor,
+    prefixes: list[list[int]],
+    budgets: list[int],
+    eos: set[int],
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    keep_logits: bool,
 ) -> list[SpecOutput]:
-    """See `SpeculativeDecoder.generate_batch`."""
-    if input_ids.dim() != 2:
-        raise ValueError(f"generate_batch takes input_ids of shape [B, T], got {tuple(input_ids.shape)}")
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    """Decode every row (its committed prefix, at most its budget of new tokens) until it finishes;
+    input_ids [B, T] and mask [B, T] as the caller gave them (the encoder's input for seq2seq models)."""
     start = time.perf_counter()
-    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-    if mask.shape != input_ids.shape:
-        raise ValueError(
-            f"attention_mask {tuple(mask.shape)} must have input_ids' shape {tuple(input_ids.shape)}"
-        )
-    prompts = [ids[m.bool()].tolist() for ids, m in zip(input_ids.cpu(), mask.cpu(), strict=True)]
-    if not all(prompts):
-        raise ValueError(f"rows {[i for i, p in enumerate(prompts) if not p]} of input_ids are all padding")
-    decoder._check_prompt(input_ids[mask.bool()][None])  # ids within the vocabulary
-    if decoder.is_encoder_decoder:
-        prefixes = [[decoder.target.config.decoder_start_token_id] for _ in prompts]
-    else:
-        prefixes = prompts
-    rows = []
-    for i, prefix in enumerate(prefixes):
-        room = max_new_tokens if decoder.context_limit is None else decoder.context_limit - len(prefix)
-        if room <= 0:
-            raise ValueError(
-                f"row {i}: prompt of {len(prefix)} tokens leaves no room within the models' context "
-                f"of {decoder.context_limit}"
-            )
-        rows.append(_Row(tokens=list(prefix), prompt_len=len(prefix), budget=min(max_new_tokens, room)))
-    eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+    rows = [_Row(list(p), len(p), keep_logits, budget=b) for p, b in zip(prefixes, budgets, strict=True)]
     draft = _RowCache.start(decoder.draft, input_ids, mask)
     target = _RowCache.start(decoder.target, input_ids, mask)
-    timers = _Timers()
+    times = StepTimes()
     active = list(range(len(rows)))  # rows still decoding, in cache order
     while active:
-        finished = _step(decoder, [rows[i] for i in active], draft, target, eos, temperature, top_p, generator,
-                         return_target_logits, timers)  # fmt: skip
+        finished = _step(
+            decoder, [rows[i] for i in active], draft, target, times, eos, temperature, top_p, generator
+        )
         active = [i for i, done in zip(active, finished, strict=True) if not done]
     wall = time.perf_counter() - start
-    return [_output(row, eos, timers, wall) for row in rows]
+    return [row.to_output(eos, times, wall) for row in rows]  # timings: the whole batch's
 
 
 def _step(
@@ -228,12 +182,11 @@ def _step(
     rows: list[_Row],
     draft: _RowCache,
     target: _RowCache,
+    times: StepTimes,
     eos: set[int],
     temperature: float,
     top_p: float,
     gen: torch.Generator | None,
-    keep_logits: bool,
-    timers: _Timers,
 ) -> list[bool]:
     """One propose / verify / accept-reject step over the active rows; returns which rows finished."""
     V = decoder.vocab_size
@@ -282,27 +235,16 @@ def _step(
     t3 = time.perf_counter()
     finished = []
     for i, row in enumerate(rows):
-        n_i, lim = int(n[i]), int(limits[i])
-        emitted = draft_lists[i][:n_i] + [int(next_tokens[i])]
-        if n_i < lim:
-            row.wrong_positions.append(row.num_generated + n_i)
-        row.accepted_lengths.append(n_i)
-        row.alpha_sum += float(alpha_sums[i])
-        row.num_proposed += int(counted[i])
-        row.num_target_calls += 1
-        if keep_logits:
-            row.target_rows.append(logits[i, : n_i + 1])
-        row.tokens.extend(emitted)
+        n_i = int(n[i])
+        emitted = row.commit(draft_lists[i], n_i, int(limits[i]), int(next_tokens[i]), float(alpha_sums[i]),
+                             int(counted[i]), logits[i])  # fmt: skip
         finished.append(bool(eos.intersection(emitted)) or row.num_generated >= row.budget)
     stay = torch.tensor([i for i, done in enumerate(finished) if not done], dtype=torch.long)
     if len(stay):
         n = n.cpu()
         draft.keep(torch.minimum(committed + n, draft.lengths), stay)
         target.keep(committed + n, stay)  # the newest committed token is fed at the next verification
-    timers.draft += t1 - t0
-    timers.target += t2 - t1
-    timers.accept += t3 - t2
-    timers.cache += time.perf_counter() - t3
+    times.add(t0, t1, t2, t3, time.perf_counter())
     return finished
 
 
@@ -329,25 +271,3 @@ def _propose(
         proposed.append(token.cpu())
         feed, mask = token[:, None], torch.ones(len(tokens), 1, dtype=torch.long)
     return torch.stack(proposed, 1), torch.stack(probs, 1) if probs else None
-
-
-def _output(row: _Row, eos: set[int], timers: _Timers, wall_time: float) -> SpecOutput:
-    """The row's SpecOutput; timings are the whole batch's (its rows were decoded together)."""
-    generated = row.tokens[row.prompt_len :]
-    # a step may commit tokens past an EOS that an accepted draft token already emitted
-    cut = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
-    logits = torch.cat(row.target_rows)[:cut] if row.target_rows else None
-    return SpecOutput(
-        generated_ids=torch.tensor([generated[:cut]], dtype=torch.long),
-        alpha_sum=row.alpha_sum,
-        num_proposed=row.num_proposed,
-        accepted_lengths=row.accepted_lengths,
-        wrong_positions=[p for p in row.wrong_positions if p < cut],
-        target_logits=logits,
-        num_target_calls=row.num_target_calls,
-        draft_time_s=timers.draft,
-        target_time_s=timers.target,
-        accept_time_s=timers.accept,
-        cache_time_s=timers.cache,
-        wall_time_s=wall_time,
-    )

@@ -186,37 +186,24 @@ class SpeculativeDecoder:
             raise ValueError(
                 f"SpeculativeDecoder.generate takes input_ids of shape [1, T], got {tuple(input_ids.shape)}"
             )
-        if temperature < 0 or not 0 < top_p <= 1:
-            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        _check_sampling(temperature, top_p)
         self._check_prompt(input_ids)
         start = time.perf_counter()
-        eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
-        if self.is_encoder_decoder:
-            encoder_ids = input_ids
-            prefix = [self.target.config.decoder_start_token_id]
-        else:
-            encoder_ids = None
-            prefix = input_ids[0].tolist()
-        if self.context_limit is not None and len(prefix) >= self.context_limit:
-            raise ValueError(
-                f"prompt of {len(prefix)} tokens leaves no room within the models' context of {self.context_limit}; "
-                f"truncate it to fewer tokens (osd.distill.data.truncate_prompt keeps its start and end)"
-            )
-        state = _DecodeState(
-            draft=_CachedModel(self.draft, encoder_ids),
-            target=_CachedModel(self.target, encoder_ids),
-            tokens=prefix,
-            prompt_len=len(prefix),
-            keep_logits=return_target_logits,
+        (prefix,) = self._prefixes([input_ids[0].tolist()])
+        budget = self._budget(prefix, max_new_tokens)
+        encoder_ids = input_ids if self.is_encoder_decoder else None
+        draft, target = _CachedModel(self.draft, encoder_ids), _CachedModel(self.target, encoder_ids)
+        record, times, eos = (
+            SequenceRecord(prefix, len(prefix), return_target_logits),
+            StepTimes(),
+            _eos(eos_token_id),
         )
-        budget = max_new_tokens
-        if self.context_limit is not None:
-            budget = min(budget, self.context_limit - len(prefix))
-        while state.num_generated < budget:
-            emitted = self._step(state, budget - state.num_generated, eos, temperature, top_p, generator)
+        while record.num_generated < budget:
+            remaining = budget - record.num_generated
+            emitted = self._step(record, draft, target, times, remaining, eos, temperature, top_p, generator)
             if eos.intersection(emitted):
                 break
-        return state.to_output(eos, time.perf_counter() - start)
+        return record.to_output(eos, times, time.perf_counter() - start)
 
     def generate_batch(
         self,
@@ -233,12 +220,46 @@ class SpeculativeDecoder:
         (left padding, as HF generate; the encoder input for seq2seq models). Returns one SpecOutput
         per row, as `generate` on that row alone would (generated_ids [1, N_i], no padding); the
         timings are the batch's. Layout and guarantees: `osd.spec.batched`."""
-        from osd.spec.batched import generate_batch
+        from osd.spec.batched import decode_batch
 
-        return generate_batch(
-            self, input_ids, attention_mask, max_new_tokens, temperature, top_p, eos_token_id, generator,
+        if input_ids.dim() != 2:
+            raise ValueError(f"generate_batch takes input_ids of shape [B, T], got {tuple(input_ids.shape)}")
+        _check_sampling(temperature, top_p)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        if mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask {tuple(mask.shape)} must have input_ids' shape {tuple(input_ids.shape)}"
+            )
+        prompts = [ids[m.bool()].tolist() for ids, m in zip(input_ids.cpu(), mask.cpu(), strict=True)]
+        if not all(prompts):
+            raise ValueError(
+                f"rows {[i for i, p in enumerate(prompts) if not p]} of input_ids are all padding"
+            )
+        self._check_prompt(input_ids[mask.bool()][None])
+        prefixes = self._prefixes(prompts)
+        budgets = [self._budget(prefix, max_new_tokens, row=i) for i, prefix in enumerate(prefixes)]
+        return decode_batch(
+            self, input_ids, mask, prefixes, budgets, _eos(eos_token_id), temperature, top_p, generator,
             return_target_logits,
         )  # fmt: skip
+
+    def _prefixes(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Each row's committed start: its prompt, or the decoder-start token for seq2seq models."""
+        if self.is_encoder_decoder:
+            return [[self.target.config.decoder_start_token_id] for _ in prompts]
+        return prompts
+
+    def _budget(self, prefix: list[int], max_new_tokens: int, row: int | None = None) -> int:
+        """New tokens a sequence may have: max_new_tokens, or less near the models' context limit."""
+        if self.context_limit is None:
+            return max_new_tokens
+        if len(prefix) >= self.context_limit:
+            where = "prompt" if row is None else f"row {row}: prompt"
+            raise ValueError(
+                f"{where} of {len(prefix)} tokens leaves no room within the models' context of {self.context_limit}; "
+                f"truncate it to fewer tokens (osd.distill.data.truncate_prompt keeps its start and end)"
+            )
+        return min(max_new_tokens, self.context_limit - len(prefix))
 
     def _check_prompt(self, input_ids: torch.Tensor) -> None:
         """Refuse an empty prompt or ids outside the models' vocabulary (one host sync per call)."""
@@ -258,7 +279,10 @@ class SpeculativeDecoder:
 
     def _step(
         self,
-        s: _DecodeState,
+        s: SequenceRecord,
+        draft: _CachedModel,
+        target: _CachedModel,
+        times: StepTimes,
         remaining: int,
         eos: set[int],
         temperature: float,
@@ -271,7 +295,7 @@ class SpeculativeDecoder:
         )  # the step always adds one target token after the n accepted
         L = len(s.tokens)
         t0 = time.perf_counter()
-        draft_tokens, q = self._propose(s.draft, s.tokens, k, temperature, top_p, gen)  # [k], [k, V]
+        draft_tokens, q = self._propose(draft, s.tokens, k, temperature, top_p, gen)  # [k], [k, V]
         draft_list = draft_tokens.tolist()  # also waits for the device, so the timings are honest
         t1 = time.perf_counter()
         # proposals after a drafted EOS cannot be emitted: do not verify them
@@ -279,8 +303,8 @@ class SpeculativeDecoder:
         draft_tokens, q, draft_list = draft_tokens[:k], q[:k], draft_list[:k]
         # verify: the committed tokens the target has not seen (the last one; the whole prompt at
         # the first step) and the k proposals, in one target forward
-        verify_in = torch.tensor([s.tokens[len(s.target) :] + draft_list], device=s.target.device)
-        target_logits = s.target.forward(verify_in, num_logits=k + 1)[:, : self.vocab_size]  # [k + 1, V]
+        verify_in = torch.tensor([s.tokens[len(target) :] + draft_list], device=target.device)
+        target_logits = target.forward(verify_in, num_logits=k + 1)[:, : self.vocab_size]  # [k + 1, V]
         t2 = time.perf_counter()
         draft_tokens = draft_tokens.to(target_logits.device)
         if temperature == 0.0:
@@ -298,25 +322,13 @@ class SpeculativeDecoder:
         # count positions whose prefix is the committed one: accepted ones and the first rejected
         counted = min(n + 1, k)
         step_alpha = float(alphas[:counted].sum())
-        s.alpha_sum += step_alpha
         if self.policy is not None:
             self.policy.observe(step_alpha, counted)
         t3 = time.perf_counter()
-        s.num_proposed += counted
-        emitted = draft_list[:n] + [int(next_token)]
-        if n < k:
-            s.wrong_positions.append(s.num_generated + n)
-        s.accepted_lengths.append(n)
-        if s.keep_logits:
-            s.target_rows.append(target_logits[: n + 1])
-        s.tokens.extend(emitted)
-        s.draft.crop(min(L + n, len(s.draft)))
-        s.target.crop(len(s.tokens) - 1)
-        s.num_target_calls += 1
-        s.draft_time += t1 - t0
-        s.target_time += t2 - t1
-        s.accept_time += t3 - t2
-        s.cache_time += time.perf_counter() - t3
+        emitted = s.commit(draft_list, n, k, int(next_token), step_alpha, counted, target_logits)
+        draft.crop(min(L + n, len(draft)))
+        target.crop(len(s.tokens) - 1)
+        times.add(t0, t1, t2, t3, time.perf_counter())
         return emitted
 
     def next_gamma(self, batch: int) -> int:
@@ -352,11 +364,26 @@ class SpeculativeDecoder:
 
 
 @dataclass
-class _DecodeState:
-    """Mutable bookkeeping of one generate call."""
+class StepTimes:
+    """Seconds spent per part of the steps (of one sequence, or of a batch decoded together)."""
 
-    draft: _CachedModel
-    target: _CachedModel
+    draft: float = 0.0  # draft forwards (proposals)
+    target: float = 0.0  # target forwards (verification, the prompt's prefill included)
+    accept: float = 0.0  # accept/reject and exact alpha
+    cache: float = 0.0  # committing tokens and cropping the KV caches
+
+    def add(self, t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
+        """A step's time stamps: drafting ran t0..t1, verification t1..t2, accept t2..t3, caches t3..t4."""
+        self.draft += t1 - t0
+        self.target += t2 - t1
+        self.accept += t3 - t2
+        self.cache += t4 - t3
+
+
+@dataclass
+class SequenceRecord:
+    """One sequence's committed tokens and acceptance record, step by step; becomes its SpecOutput."""
+
     tokens: list[int]  # committed sequence (prompt or decoder start, then generated)
     prompt_len: int
     keep_logits: bool
@@ -366,16 +393,37 @@ class _DecodeState:
     wrong_positions: list[int] = field(default_factory=list)
     target_rows: list[torch.Tensor] = field(default_factory=list)
     num_target_calls: int = 0
-    draft_time: float = 0.0
-    target_time: float = 0.0
-    accept_time: float = 0.0
-    cache_time: float = 0.0
 
     @property
     def num_generated(self) -> int:
         return len(self.tokens) - self.prompt_len
 
-    def to_output(self, eos: set[int], wall_time: float) -> SpecOutput:
+    def commit(
+        self,
+        drafted: list[int],
+        n: int,
+        k: int,
+        next_token: int,
+        alpha: float,
+        counted: int,
+        logits: torch.Tensor,
+    ) -> list[int]:
+        """Record a verification step: n of k proposals accepted, then next_token from the target
+        (alpha: exact acceptance summed over the `counted` positions; logits [>= n + 1, V]).
+        Returns the tokens it committed."""
+        emitted = drafted[:n] + [next_token]
+        if n < k:
+            self.wrong_positions.append(self.num_generated + n)
+        self.accepted_lengths.append(n)
+        self.alpha_sum += alpha
+        self.num_proposed += counted
+        self.num_target_calls += 1
+        if self.keep_logits:
+            self.target_rows.append(logits[: n + 1])
+        self.tokens.extend(emitted)
+        return emitted
+
+    def to_output(self, eos: set[int], times: StepTimes, wall_time: float) -> SpecOutput:
         generated = self.tokens[self.prompt_len :]
         # a step may commit tokens past an EOS that an accepted draft token already emitted
         cut = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
@@ -388,9 +436,18 @@ class _DecodeState:
             wrong_positions=[p for p in self.wrong_positions if p < cut],
             target_logits=logits,
             num_target_calls=self.num_target_calls,
-            draft_time_s=self.draft_time,
-            target_time_s=self.target_time,
-            accept_time_s=self.accept_time,
-            cache_time_s=self.cache_time,
+            draft_time_s=times.draft,
+            target_time_s=times.target,
+            accept_time_s=times.accept,
+            cache_time_s=times.cache,
             wall_time_s=wall_time,
         )
+
+
+def _check_sampling(temperature: float, top_p: float) -> None:
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+
+
+def _eos(eos_token_id: int | list[int] | None) -> set[int]:
+    return {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
