@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from distill_fixtures import build_tokenizer, llama, write_conversations
@@ -93,7 +94,9 @@ def test_max_propose_num_auto_serves_and_evaluates(saved_pair, tmp_path):
     """--max_propose_num auto: the trainer's alpha evaluation and online serving use one GammaPolicy."""
     data = write_conversations(tmp_path / "d.json")
     result = main(_argv(*saved_pair, data, tmp_path / "off", "--max_propose_num", "auto", "--max_steps", "1"))
-    assert 0 <= result["eval_alpha"] <= 1
+    # tiny models cost about the same, so the policy may not draft at all: alpha is then undefined (nan)
+    assert result["eval_tokens_per_step"] >= 1.0
+    assert math.isnan(result["eval_alpha"]) or 0 <= result["eval_alpha"] <= 1
     online = ["--mode", "online", "--per_device_train_batch_size", "1", "--online_eval_interval", "1"]
     main(
         [*_argv(*saved_pair, data, tmp_path / "on", "--max_propose_num", "auto", "--max_steps", "2"), *online]
