@@ -1,22 +1,25 @@
 """Online distillation: serve a query stream with speculative decoding and distil the draft on it.
 
-The loop, one query per Trainer step (`OnlineDistillTrainer.training_step`):
+The loop, one Trainer step per --per_device_train_batch_size queries of the stream, in order
+(`OnlineDistillTrainer.training_step`; the paper's setting is 1):
 
-    serve   the query with SpeculativeDecoder(draft, target, gamma=--max_propose_num), keeping the
-            target's logits from verification (with --draft_serving_dtype, a copy of the draft in
-            that dtype serves, refreshed after each update; the optimizer keeps the float32 weights);
-    buffer  the query: its tokens, the loss positions (where the target replaced a draft token, or
+    serve   the queries with SpeculativeDecoder(draft, target, gamma=--max_propose_num) (`generate`
+            for one, `generate_batch` for several), keeping the target's logits from verification
+            (with --draft_serving_dtype, a copy of the draft in that dtype serves, refreshed after
+            each update; the optimizer keeps the float32 weights);
+    buffer  each query: its tokens, the loss positions (where the target replaced a draft token, or
             every generated token with --online_loss_positions all) and the target's logits there;
-    update  every --online_update_interval queries: ONE student forward per buffered sequence, the
+    update  once a buffer holds --online_update_interval queries (checked at the end of each step,
+            so with batches it may hold a few more): ONE student forward per buffered sequence, the
             --kl_method divergence at the loss positions against the buffered target logits (no
             second teacher forward), backward, then Trainer's optimizer step; the buffer is cleared.
 
-With --online_background_update the update leaves the serving path: an update due after query n
-runs its forward and backward in a worker thread while query n + 1 is served (by the serving copy,
+With --online_background_update the update leaves the serving path: an update due after step n
+runs its forward and backward in a worker thread while step n + 1 is served (by the serving copy,
 never the student being trained), then the optimizer steps and the serving copy is swapped between
-queries (`_apply_update`). Query n + 1 is therefore served by the draft before the update, and every
-update uses the same weights and buffer as without the flag. Serving and the update each run on
-their own core (torch ops release the GIL; one intra-op thread each).
+steps (`_finish_background_update`). Step n + 1 is therefore served by the draft before the update,
+and every update uses the same weights and buffer as without the flag. Serving and the update each
+run on their own core (torch ops release the GIL; one intra-op thread each).
 
 Symbols: T prompt length, N generated tokens, W loss positions of a query, V vocabulary.
 
@@ -32,11 +35,11 @@ loss position (64 KB for V = 32000). The buffer holds at most --online_update_in
 per draft; a run whose update interval exceeds the stream (a static baseline) keeps nothing.
 The student's logits are recomputed at the update (they change between updates).
 
-Optimizer cadence. A Trainer step is one query (per-device batch size 1, gradient accumulation 1),
-so Trainer calls `optimizer.step()` after every query. Between updates no gradient exists
+Optimizer cadence. A Trainer step serves --per_device_train_batch_size queries (gradient
+accumulation 1), and Trainer calls `optimizer.step()` after every step. Between updates no gradient exists
 (Trainer's `zero_grad` sets them to None), and torch optimizers skip parameters whose grad is
 None: no moment update, no weight decay, the draft is unchanged. LR schedules (warmup, decay)
-therefore count queries, not updates.
+therefore count steps, not updates.
 
 Resume. A checkpoint also holds `online_state.json` (the per-query alpha history, what is logged,
 update counts and timings) and `online_buffer.pt` (the buffered queries), written before Trainer's
@@ -66,6 +69,7 @@ from transformers import PreTrainedModel, Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from osd.conversations import GROUP_FIELDS
+from osd.distill.data import pad
 from osd.distill.losses import Divergence
 from osd.distill.trainer import DistillTrainer
 from osd.spec import SpecOutput, SpeculativeDecoder
@@ -277,13 +281,12 @@ class OnlineDistillTrainer(DistillTrainer):
     def __init__(self, *args, buffer_dtype: torch.dtype = torch.float16, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         a = self.args
-        for flag, value in (("per_device_train_batch_size", a.per_device_train_batch_size),
-                            ("gradient_accumulation_steps", a.gradient_accumulation_steps),
+        for flag, value in (("gradient_accumulation_steps", a.gradient_accumulation_steps),
                             ("world_size", a.world_size)):  # fmt: skip
             if value != 1:
                 raise ValueError(
-                    f"online mode serves one query per step on one process: --{flag} must be 1, got {value} "
-                    "(batch queries with --online_update_interval instead)"
+                    f"online mode serves its stream in order on one process: --{flag} must be 1, got {value} "
+                    "(serve several queries per step with --per_device_train_batch_size)"
                 )
         if a.max_steps <= 0 and a.num_train_epochs != 1:
             logger.warning(
@@ -305,32 +308,41 @@ class OnlineDistillTrainer(DistillTrainer):
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
     ) -> torch.Tensor:
-        """Serve one query, buffer it, and every --online_update_interval queries distil on the buffer."""
-        input_ids, groups = self._query(inputs)  # [1, T]
-        key, draft = self._route(model, input_ids, groups)
-        serving = self._serving_draft(key, draft)  # refreshed before a background update starts
-        background = self._start_due_update() if self.args.online_background_update else None
-        out = self._serve(serving, input_ids)
-        self.online.add(QueryStats.of(out, groups))
+        """Serve the step's queries (--per_device_train_batch_size of them, in stream order), buffer each,
+        and distil on a draft's buffer once it holds --online_update_interval queries."""
+        queries = self._queries(inputs)  # B x ([1, T_i] prompt, groups)
+        routes = [self._route(model, ids, groups) for ids, groups in queries]  # B x (key, draft)
+        serving = {
+            key: self._serving_draft(key, draft) for key, draft in routes
+        }  # before a background update
+        background = self._start_due_updates() if self.args.online_background_update else None
+        outs = self._serve_routes(serving, [key for key, _ in routes], [ids for ids, _ in queries])
+        for out, (_, groups) in zip(outs, queries, strict=True):
+            self.online.add(QueryStats.of(out, groups))
         self._updated_this_step = False
         loss = torch.zeros((), device=self.args.device)
         if background is not None:
             loss = self._finish_background_update(background)
-        if self.args.online_update_interval > self.state.max_steps:
+        if self.args.online_update_interval > self.state.max_steps * len(queries):
             # the stream ends before the first update: a static run (Standard SD), nothing to keep
             return loss
-        buffer = self.buffers.setdefault(key, [])
-        buffer.append(buffer_query(input_ids, out, self.args.online_loss_positions, self.buffer_dtype))
+        for (key, _), (ids, _), out in zip(routes, queries, outs, strict=True):
+            query = buffer_query(ids, out, self.args.online_loss_positions, self.buffer_dtype)
+            self.buffers.setdefault(key, []).append(query)
         self.online.max_buffer_bytes = max(self.online.max_buffer_bytes, self._buffer_bytes())
-        due = len(buffer) >= self.args.online_update_interval
-        last_query = self.state.global_step + 1 >= self.state.max_steps
-        if not due or (self.args.online_background_update and not last_query):
-            return loss  # a due background update starts with the next query
-        self._updated_this_step = True  # (the stream's last update has no query to overlap: it runs here)
-        loss = self._update(draft, buffer)
-        buffer.clear()
-        self._stale.add(key)  # Trainer steps the optimizer after this: the serving copy is out of date
+        due = self._due_keys()
+        last_step = self.state.global_step + 1 >= self.state.max_steps
+        if not due or (self.args.online_background_update and not last_step):
+            return loss  # a due background update starts with the next step
+        self._updated_this_step = True  # (the stream's last update has no step to overlap: it runs here)
+        for key in due:  # drafts of different routes: disjoint parameters, one optimizer step
+            loss = self._update(self._draft_for(key), self.buffers[key])
+            self.buffers[key].clear()
+            self._stale.add(key)  # Trainer steps the optimizer after this: the serving copy is out of date
         return loss
+
+    def _due_keys(self) -> list[str]:
+        return [k for k, b in self.buffers.items() if len(b) >= self.args.online_update_interval]
 
     def _serving_draft(self, key: str, draft: PreTrainedModel) -> PreTrainedModel:
         """The draft as served: itself, or its copy in --draft_serving_dtype, refreshed after its updates.
@@ -352,24 +364,35 @@ class OnlineDistillTrainer(DistillTrainer):
         self.online.update_time_s += time.perf_counter() - start  # part of what an update costs
         return self._serving[key]
 
-    def _serve(self, draft: PreTrainedModel, input_ids: torch.Tensor) -> SpecOutput:
-        """Speculative decoding of one query with the current draft, keeping the target's logits."""
+    def _serve_routes(
+        self, serving: dict[str, PreTrainedModel], keys: list[str], prompts: list[torch.Tensor]
+    ) -> list[SpecOutput]:
+        """Each query (prompt [1, T_i]) served by its route's draft; the queries of one route as one batch."""
+        outs: list[SpecOutput | None] = [None] * len(prompts)
+        for key, draft in serving.items():
+            rows = [i for i, k in enumerate(keys) if k == key]
+            for i, out in zip(rows, self._serve(draft, [prompts[i] for i in rows]), strict=True):
+                outs[i] = out
+        return outs
+
+    def _serve(self, draft: PreTrainedModel, prompts: list[torch.Tensor]) -> list[SpecOutput]:
+        """Speculative decoding of queries (prompts [1, T_i]) with the current draft, keeping the target's
+        logits: `generate` for one query, `generate_batch` (left-padded) for several."""
         start = time.perf_counter()
         draft.eval()
         generator = None
-        if self.args.eval_temperature > 0:  # seeded per query so that a resumed run samples the same
+        if self.args.eval_temperature > 0:  # seeded per step so that a resumed run samples the same
             generator = torch.Generator(draft.device).manual_seed(self.args.seed + len(self.online.queries))
         decoder = SpeculativeDecoder(draft, self.teacher_model, self.args.max_propose_num, self.gamma_policy)
-        out = decoder.generate(
-            input_ids,
-            max_new_tokens=self.args.max_new_tokens,
-            temperature=self.args.eval_temperature,
-            eos_token_id=self.eos_token_id,
-            generator=generator,
-            return_target_logits=True,
-        )
+        options = {"max_new_tokens": self.args.max_new_tokens, "temperature": self.args.eval_temperature,
+                   "eos_token_id": self.eos_token_id, "generator": generator, "return_target_logits": True}  # fmt: skip
+        if len(prompts) == 1:
+            outs = [decoder.generate(prompts[0], **options)]
+        else:
+            ids, mask = pad([p[0].tolist() for p in prompts], self.pad_token_id, "left")
+            outs = decoder.generate_batch(ids.to(draft.device), mask.to(draft.device), **options)
         self.online.serve_time_s += time.perf_counter() - start
-        return out
+        return outs
 
     def _update(self, draft: PreTrainedModel, buffer: list[BufferedQuery]) -> torch.Tensor:
         """Back-propagate the distillation loss on the buffer (Trainer then steps the optimizer)."""
@@ -405,35 +428,32 @@ class OnlineDistillTrainer(DistillTrainer):
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osd-online-update")
         return self._worker
 
-    def _start_due_update(self) -> Future | None:
-        """Start, in the worker thread, the update of a buffer that filled at the previous query."""
-        due = [k for k, b in self.buffers.items() if len(b) >= self.args.online_update_interval]
-        if not due:
-            return None
-        key = due[0]  # one query per step: at most one buffer fills at a time
-        return self._worker_pool().submit(self._background_backward, key, self.buffers.pop(key))
+    def _start_due_updates(self) -> Future | None:
+        """Start, in the worker thread, the updates of the buffers that filled at the previous step."""
+        due = {key: self.buffers.pop(key) for key in self._due_keys()}
+        return self._worker_pool().submit(self._background_backward, due) if due else None
 
     def _background_backward(
-        self, key: str, buffer: list[BufferedQuery]
-    ) -> tuple[str, torch.Tensor | None, float]:
-        """Worker thread: forward and backward on a buffer (the draft's weights do not change meanwhile)."""
+        self, due: dict[str, list[BufferedQuery]]
+    ) -> tuple[dict[str, torch.Tensor | None], float]:
+        """Worker thread: forward and backward on each due buffer (the drafts' weights do not change meanwhile)."""
         start = time.perf_counter()
-        loss = self._backward(self._draft_for(key), buffer)
-        return key, loss, time.perf_counter() - start
+        losses = {key: self._backward(self._draft_for(key), buffer) for key, buffer in due.items()}
+        return losses, time.perf_counter() - start
 
     def _finish_background_update(self, job: Future) -> torch.Tensor:
-        """Wait for a background update, step the optimizer on its grads, and mark the serving copy stale."""
+        """Wait for the background updates, step the optimizer on their grads, mark the serving copies stale."""
         start = time.perf_counter()
-        key, loss, compute_s = job.result()  # the wait, if any, is on the serving path
+        losses, compute_s = job.result()  # the wait, if any, is on the serving path
         self.online.background_update_time_s += compute_s
         model = self.accelerator.unwrap_model(self.model)
         if self.args.max_grad_norm > 0:
             self._clip_grad_norm(model)
-        self.optimizer.step()  # Trainer's own step after this query finds no grads and changes nothing
+        self.optimizer.step()  # Trainer's own step after this one finds no grads and changes nothing
         model.zero_grad()
-        self._stale.add(key)
+        self._stale.update(losses)
         self.online.update_time_s += time.perf_counter() - start
-        return self._count_update(loss)
+        return [self._count_update(loss) for loss in losses.values()][-1]
 
     # ---- hooks that routing.py overrides ---------------------------------------------------
 
@@ -449,24 +469,26 @@ class OnlineDistillTrainer(DistillTrainer):
 
     # ---- inputs, sampler, logging -----------------------------------------------------------
 
-    def _query(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, str]]:
-        """The unpadded prompt ids [1, T] and the grouping fields of a batch of one record."""
+    def _queries(self, inputs: dict[str, Any]) -> list[tuple[torch.Tensor, dict[str, str]]]:
+        """Each collated record's unpadded prompt ids [1, T_i] and grouping fields, in stream order."""
         ids = inputs["prompt_ids"]
         ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids)
-        ids = ids.view(1, -1) if ids.dim() == 1 else ids
-        if ids.shape[0] != 1:
-            raise ValueError(f"online mode serves one query per step, got a batch of {ids.shape[0]}")
+        ids = ids.view(1, -1) if ids.dim() == 1 else ids  # [B, P]
         mask = inputs.get("prompt_attention_mask")
-        if mask is not None:  # drop padding, wherever the collator put it
-            ids = ids[:, mask.view(-1).to(ids.device).bool()]
-        groups = {}
-        for name in GROUP_FIELDS:
-            value = inputs.get(name)
-            if isinstance(value, (list, tuple)):
-                value = value[0] if value else None
-            if isinstance(value, str):
-                groups[name] = value
-        return ids, groups
+        mask = torch.ones_like(ids) if mask is None else mask.view(ids.shape).to(ids.device)
+        queries = []
+        for i in range(ids.shape[0]):
+            groups = {}
+            for name in GROUP_FIELDS:
+                value = inputs.get(name)
+                if isinstance(value, (list, tuple)):
+                    value = value[i] if i < len(value) else None
+                if isinstance(value, str):
+                    groups[name] = value
+            queries.append(
+                (ids[i, mask[i].bool()][None], groups)
+            )  # drop padding, wherever the collator put it
+        return queries
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device) -> tuple[list, None]:
         """The next query, as collated: no training batch is sampled (DistillTrainer's offline step)."""

@@ -405,3 +405,28 @@ def test_background_update_takes_the_same_steps_one_query_later(tmp_path):
     assert threading.get_ident() in threads_bg and len(threads_bg) == 2  # 3 in the worker, the last one here
     assert trainer_bg._serving["shared"] is not draft_bg  # the worker trains the student, a copy serves
     assert trainer_bg.online.background_update_time_s > 0
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_batched_serving_matches_one_query_per_step(tmp_path, background):
+    """--per_device_train_batch_size 2 with an update every 2 queries: each query is served by the same
+    draft as in a batch-1 run (updates land at the same queries), so per-query alpha and the final
+    weights agree; the batch-1 run is the reference."""
+    stream = write_stream(tmp_path / "stream.json", 8)
+    runs = {}
+    for batch in (1, 2):
+        draft, target = make_pair()
+        trainer = make_trainer(tmp_path / f"batch{batch}", stream, draft, target, per_device_train_batch_size=batch,
+                               online_update_interval=2, online_background_update=background and batch == 2)  # fmt: skip
+        trainer.train()
+        runs[batch] = draft, trainer
+    (draft_1, t1), (draft_2, t2) = runs[1], runs[2]
+    assert len(t2.online.queries) == 8 and t2.state.global_step == 4
+    if background:  # the update due after a step lands one step later: queries 3-4 see the older draft
+        assert t2.online.updates == t1.online.updates
+        return
+    for q1, q2 in zip(t1.online.queries, t2.online.queries, strict=True):
+        assert q2.groups == q1.groups
+        assert q2.alpha_sum == pytest.approx(q1.alpha_sum, abs=1e-5) and q2.num_proposed == q1.num_proposed
+    torch.testing.assert_close(draft_2.state_dict(), draft_1.state_dict())
+    assert t2.online.updates == 4
