@@ -23,18 +23,9 @@ from torch.utils import benchmark
 
 from osd.conversations import load_conversations, user_query
 from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, load_demo_pair, repo_relative
+from osd.distill.data import pad
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
-
-
-def left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """input_ids [B, T] and attention_mask, padded on the left (as HF generate expects)."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :], mask[i, width - len(r) :] = torch.tensor(r), 1
-    return ids, mask
 
 
 def seconds(fn) -> float:
@@ -70,7 +61,7 @@ def main() -> None:
     )  # warm-up
     rows = []
     for b in args.batch_sizes:
-        batches = [left_padded(prompts[i : i + b], tok.pad_token_id) for i in range(0, len(prompts), b)]
+        batches = [pad(prompts[i : i + b], tok.pad_token_id, "left") for i in range(0, len(prompts), b)]
         base = sum(
             seconds(lambda ids=ids, m=m: target.generate(ids, attention_mask=m, **hf)) for ids, m in batches
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from osd.distill.data import pad
 from osd.spec import SpeculativeDecoder
 from tests.spec.models import FAMILIES, VOCAB, draft_from_target, tiny_model
 from tests.spec.test_decoder import NOISE, _hf_greedy
@@ -12,12 +13,7 @@ from tests.spec.test_decoder import NOISE, _hf_greedy
 
 def _left_padded(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows [1, T_i] as input_ids [B, max T] and attention_mask, padding on the left."""
-    width = max(p.shape[1] for p in prompts)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - p.shape[1] :], mask[i, width - p.shape[1] :] = p[0], 1
-    return ids, mask
+    return pad([p[0].tolist() for p in prompts], 0, "left")
 
 
 def _prompts(lengths: tuple[int, ...]) -> list[torch.Tensor]:
