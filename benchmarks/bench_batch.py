@@ -3,11 +3,12 @@
 For each batch size B, the same prompts (the demo workload's eval queries, left-padded into batches
 of B) are decoded to a fixed length (--max_new_tokens, EOS ignored, so every row costs the same) by
 the target alone and by speculative decoding with the demo pair. Prints tokens/s and the speedup of
-speculative decoding at each B; writes JSON. On a weight-bandwidth-bound target a verification of
+speculative decoding at each B, with Eq. 2 charged with the verify cost measured at that B; writes
+{out}/results.json, table.md and speedup.png. On a weight-bandwidth-bound target a verification of
 B x (gamma + 1) tokens costs little more than B x 1, while the draft's share grows with B: Eq. 2 with
 the measured verify cost says how far batching erodes the speedup.
 
-    python benchmarks/bench_batch.py --threads 1                      # B = 1 2 4 8; gamma 1, 2 and auto
+    python benchmarks/bench_batch.py --threads 1                      # B = 1 2 4 8 16; gamma 1, 2 and auto
     python benchmarks/bench_batch.py --batch_sizes 1 4 --gammas 3 auto --draft outputs/online_demo/draft
 """
 
@@ -22,10 +23,12 @@ import torch
 from torch.utils import benchmark
 
 from osd.conversations import load_conversations, user_query
+from osd.cost_model import speedup_measured_verify
 from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, load_demo_pair, repo_relative
 from osd.distill.data import pad
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
+from osd.spec.timing import step_time
 
 
 def seconds(fn) -> float:
@@ -40,19 +43,22 @@ def main() -> None:
     ap.add_argument("--target", default=str(TARGET_PATH))
     ap.add_argument("--draft", default=str(DRAFT_PATH))
     ap.add_argument("--dtype", default="bfloat16", help="both models' dtype")
-    ap.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument(
-        "--num_prompts", type=int, default=8, help="prompts per batch size (a multiple of each B)"
+        "--num_prompts", type=int, default=16, help="prompts per batch size (a multiple of each B)"
     )
     ap.add_argument("--gammas", nargs="+", default=["1", "2", "auto"], help="integers, or auto (GammaPolicy)")
     ap.add_argument("--max_new_tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="outputs/bench_batch.json")
+    ap.add_argument("--out", default="outputs/bench_batch", help="folder for results.json and speedup.png")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     draft, target, tok = load_demo_pair(args.draft, args.target, dtype=dtype, draft_dtype=dtype)
-    records = [r for path in sorted(WORKLOAD_DIR.glob("*_eval.json")) for r in load_conversations(path)[:2]]
+    per_file = -(-args.num_prompts // len(list(WORKLOAD_DIR.glob("*_eval.json"))))
+    records = [
+        r for path in sorted(WORKLOAD_DIR.glob("*_eval.json")) for r in load_conversations(path)[:per_file]
+    ]
     prompts = [encode_prompt(tok, user_query(r)) for r in records][: args.num_prompts]
     n = args.max_new_tokens
     hf = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": False, "pad_token_id": tok.pad_token_id}
@@ -65,6 +71,8 @@ def main() -> None:
         base = sum(
             seconds(lambda ids=ids, m=m: target.generate(ids, attention_mask=m, **hf)) for ids, m in batches
         )
+        t_target = step_time(target, batch=b, reps=5, rounds=2)
+        c = step_time(draft, batch=b, reps=5, rounds=2) / t_target
         for gamma in args.gammas:
             decoder = SpeculativeDecoder(draft, target, gamma=gamma if gamma == "auto" else int(gamma))
             if decoder.policy is not None:  # measured once per batch size, outside the timed runs
@@ -81,24 +89,67 @@ def main() -> None:
             tokens = sum(o.generated_ids.shape[1] for o in outs)
             proposed = sum(o.num_proposed for o in outs)
             steps = sum(len(o.accepted_lengths) for o in outs)
-            rows.append({
-                "batch size": b, "gamma": gamma, "target tok/s": len(prompts) * n / base, "spec tok/s": tokens / spec,
-                "speedup": (tokens / spec) / (len(prompts) * n / base),
-                "alpha": sum(o.alpha_sum for o in outs) / proposed if proposed else float("nan"),
-                "proposed / step": proposed / steps,
-            })  # fmt: skip
-    header = list(rows[0])
-    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+            alpha = sum(o.alpha_sum for o in outs) / proposed if proposed else float("nan")
+            row = {"batch size": b, "gamma": gamma, "target tok/s": len(prompts) * n / base,
+                   "spec tok/s": tokens / spec, "speedup": (tokens / spec) / (len(prompts) * n / base),
+                   "alpha": alpha, "proposed / step": proposed / steps, "c": c}  # fmt: skip
+            if gamma != "auto":  # Eq. 2 charged with the verify cost of B x (gamma + 1) tokens over B x 1
+                g = int(gamma)
+                v = step_time(target, length=g + 1, batch=b, reps=5, rounds=2) / t_target
+                predicted = speedup_measured_verify(alpha, g, c, v)
+                row |= {
+                    "verify cost": v,
+                    "Eq. 2 (verify)": predicted,
+                    "measured / Eq. 2": row["speedup"] / predicted,
+                }
+            rows.append(row)
+    header = list(dict.fromkeys(k for r in rows for k in r))
+    table = "| " + " | ".join(header) + " |\n|" + "---|" * len(header)
     for r in rows:
-        print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
+        table += (
+            "\n| "
+            + " | ".join(f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in header)
+            + " |"
+        )
+    print(table)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     record = {
         "command": " ".join(["python benchmarks/bench_batch.py", *sys.argv[1:]]),
         "args": vars(args),
         "rows": rows,
     }
-    out.write_text(json.dumps(repo_relative(record), indent=1))
+    (out / "results.json").write_text(json.dumps(repo_relative(record), indent=1))
+    (out / "table.md").write_text(table + "\n")
+    plot(rows, out / "speedup.png")
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Speedup over target-only batched generate against batch size, one line per gamma."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for gamma in dict.fromkeys(r["gamma"] for r in rows):
+        picked = [r for r in rows if r["gamma"] == gamma]
+        ax.plot(
+            [r["batch size"] for r in picked],
+            [r["speedup"] for r in picked],
+            marker="o",
+            label=f"gamma {gamma}",
+        )
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set(xscale="log", xlabel="batch size", ylabel="speedup over target-only generate")
+    ax.set_xticks(
+        sorted({r["batch size"] for r in rows}),
+        labels=[str(b) for b in sorted({r["batch size"] for r in rows})],
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
