@@ -205,6 +205,7 @@ class SpeculativeDecoder:
                 break
         return record.to_output(eos, times, time.perf_counter() - start)
 
+    @torch.inference_mode()
     def generate_batch(
         self,
         input_ids: torch.Tensor,
