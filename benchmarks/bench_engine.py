@@ -134,6 +134,19 @@ def main() -> None:
     hf_tokens, hf_s = timed_generate(
         target, prompts, args.max_new_tokens, eos, tok.pad_token_id, assistant_model=draft
     )
+    # HF's own adaptive schedule: start at 20 tokens, +2 after a fully accepted block, -1 otherwise,
+    # and stop drafting early where the draft's confidence falls under 0.4 (its defaults)
+    draft.generation_config.num_assistant_tokens = 20
+    draft.generation_config.num_assistant_tokens_schedule = "heuristic"
+    draft.generation_config.assistant_confidence_threshold = 0.4
+    hf_h_tokens, hf_h_s = timed_generate(
+        target, prompts, args.max_new_tokens, eos, tok.pad_token_id, assistant_model=draft
+    )
+    auto = SpeculativeDecoder(draft, target, gamma="auto")
+    auto.policy.measure_costs(draft, target)  # once, before the timed runs
+    auto_stats = AcceptanceStats.from_outputs(
+        [auto.generate(ids, max_new_tokens=args.max_new_tokens, eos_token_id=eos) for ids in prompts]
+    )
 
     decoder = SpeculativeDecoder(draft, target, gamma=args.gamma)
     outputs = [decoder.generate(ids, max_new_tokens=args.max_new_tokens, eos_token_id=eos) for ids in prompts]
@@ -151,7 +164,10 @@ def main() -> None:
         ("target only (HF generate)", base_tps, None, None, 1.0),
         ("HF assisted generation", hf_tokens / hf_s, None, None, (hf_tokens / hf_s) / base_tps),
         ("osd.spec", stats.tokens_per_s, stats.alpha, stats.mean_accepted_length, measured),
-    ]
+        ("HF assisted, heuristic", hf_h_tokens / hf_h_s, None, None, (hf_h_tokens / hf_h_s) / base_tps),
+        ("osd.spec, gamma auto", auto_stats.tokens_per_s, auto_stats.alpha, auto_stats.mean_accepted_length,
+         auto_stats.tokens_per_s / base_tps),
+    ]  # fmt: skip
     result = {
         "target": args.target,
         "draft": args.draft,
@@ -167,6 +183,8 @@ def main() -> None:
             "target_only": base_tokens,
             "hf_assisted": hf_tokens,
             "osd_spec": stats.num_generated,
+            "hf_assisted_heuristic": hf_h_tokens,
+            "osd_spec_auto": auto_stats.num_generated,
         },
         "c": c,
         "verify_cost": verify_cost,
