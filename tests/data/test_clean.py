@@ -197,3 +197,35 @@ def test_script_runs_from_data_folder_as_in_the_reference(tmp_path):
     )
     assert "gsm8k_train.json: 3 records written" in done.stdout
     assert len(load_conversations(tmp_path / "gsm8k_test.json")) == 2
+
+
+def test_hellaswag_ctx_to_labelled_ending_and_dsd_prompts_as_queries(tmp_path, capsys):
+    run("clean_hellaswag", tmp_path, "--raw_path", str(FIX / "hellaswag"))
+    raw = jsonl(FIX / "hellaswag" / "train.jsonl")
+    got = by_index(load_conversations(tmp_path / "hellaswag_train.json"), "hellaswag", "train")
+    assert sorted(got) == [0, 1, 3]  # record 2 has an empty ctx
+    for i, rec in got.items():
+        assert user_query(rec) == raw[i]["ctx"]
+        assert assistant_answer(rec) == raw[i]["endings"][int(raw[i]["label"])]
+        assert rec["topic"] == raw[i]["activity_label"] and rec["dataset"] == "hellaswag"
+    val = load_conversations(tmp_path / "hellaswag_validation.json")
+    assert sorted(assistant_answer(r) for r in val if assistant_answer(r)) == [
+        "are then sprinkled with brown sugar."
+    ]
+    assert sum(assistant_answer(r) is None for r in val) == 1  # its label is hidden ("")
+
+    dsd = FIX / "hellaswag" / "dsd_hellaswag.json"
+    run(
+        "clean_hellaswag",
+        tmp_path / "dsd",
+        "--raw_path",
+        str(dsd),
+        "--splits",
+        "validation",
+        "--eval_size",
+        "0",
+    )
+    prompts = [r["prompt"] for r in jsonl(dsd) if r["prompt"]]
+    got = load_conversations(tmp_path / "dsd" / "hellaswag_validation.json")
+    assert sorted(user_query(r) for r in got) == sorted(prompts)
+    assert all(len(r["conversation"]) == 1 for r in got)
