@@ -1,0 +1,144 @@
+"""Record a target's greedy outputs (and optionally its top-k logits) over a conversation file.
+
+    python -m osd.analysis.record --target osd/demo/models/tiny/teacher \
+        --conversations data/local/sql_eval.json --limit 8 --max_new_tokens 64 --top_k 20 \
+        --output outputs/analysis/tiny_sql
+
+writes `outputs/analysis/tiny_sql.jsonl` (+ `.safetensors` with --top_k); format in
+`osd.analysis.recording`. Prompts are the records' first user turns encoded with
+`osd.prompting.encode_prompt`; outputs are plain cached greedy decoding
+(`osd.spec.evaluate.target_only_greedy`), i.e. what greedy speculative decoding emits.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from osd.analysis.recording import FORMAT, PromptRecord, Recording, tokenizer_identity
+from osd.conversations import load_conversations, user_query
+from osd.demo import repo_relative
+from osd.prompting import PLAIN_TEMPLATE, encode_prompt
+from osd.spec.decoder import accepts_logits_to_keep, context_limit
+from osd.spec.evaluate import target_only_greedy
+
+
+@torch.inference_mode()
+def output_topk(
+    model: PreTrainedModel, prompt: list[int], output: list[int], k: int, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-k (ids [N, k], raw logits [N, k]) and the softmax log-normaliser at `temperature` [N]
+    of the target's distributions at the N output positions, from one forward."""
+    n = len(output)
+    ids = torch.tensor([prompt + output[:-1]], device=model.device)  # [1, T + N - 1]
+    keep = {"logits_to_keep": n} if accepts_logits_to_keep(model) else {}
+    logits = model(ids, **keep).logits[0, -n:].float()  # [N, V]
+    top = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    return top.indices.int().cpu(), top.values.cpu(), torch.logsumexp(logits / temperature, -1).cpu()
+
+
+def record_prompts(
+    target: PreTrainedModel,
+    prompts: Sequence[tuple[str, list[int]]],
+    header: dict,
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    top_k: int = 0,
+    temperature: float = 1.0,
+) -> Recording:
+    """Record the target on (id, prompt ids) pairs; `header` names the model, tokenizer and template."""
+    if target.config.is_encoder_decoder:
+        raise ValueError("osd.analysis.record records decoder-only targets")
+    if top_k < 0 or temperature <= 0:
+        raise ValueError(f"need --top_k >= 0 and --temperature > 0, got {top_k}, {temperature}")
+    limit = context_limit(target.config)
+    records = []
+    for pid, prompt in prompts:
+        budget = max_new_tokens if limit is None else min(max_new_tokens, limit - len(prompt))
+        if budget < 1:
+            raise ValueError(
+                f"prompt {pid} of {len(prompt)} tokens leaves no room in the target's context of {limit}"
+            )
+        output = target_only_greedy(target, torch.tensor([prompt]), budget, eos_token_id)
+        rec = PromptRecord(pid, prompt, output, "eos" if output[-1] == eos_token_id else "budget")
+        if top_k:
+            rec.topk_ids, rec.topk_logits, rec.logsumexp = output_topk(
+                target, prompt, output, top_k, temperature
+            )
+        records.append(rec)
+    return Recording(
+        {
+            "format": FORMAT,
+            **header,
+            "vocab_rows": target.get_output_embeddings().weight.shape[0],
+            "context_limit": limit,
+            "dtype": str(target.dtype).removeprefix("torch."),
+            "max_new_tokens": max_new_tokens,
+            "eos_token_id": eos_token_id,
+            "top_k": top_k,
+            "temperature": temperature,
+        },
+        records,
+    )
+
+
+def record_conversations(
+    target_path: str | Path,
+    conversations: str | Path,
+    limit: int | None = None,
+    dtype: str = "auto",
+    **kwargs,
+) -> Recording:
+    """Load the target and its tokenizer and record the first `limit` records of a conversation file."""
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(target_path)
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype).eval()
+    records = load_conversations(conversations)[:limit]
+    prompts = [(str(r.get("id", i)), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
+    header = repo_relative(
+        {
+            "model": str(Path(target_path).resolve()) if Path(target_path).exists() else str(target_path),
+            "tokenizer": tokenizer_identity(tokenizer),
+            "prompt_template": getattr(tokenizer, "chat_template", None) or PLAIN_TEMPLATE,
+            "conversations": str(Path(conversations).resolve()),
+        }
+    )
+    header["tokenizer"]["name"] = header["model"]
+    return record_prompts(target, prompts, header, eos_token_id=tokenizer.eos_token_id, **kwargs)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--target", required=True, help="target model folder or hub id (its tokenizer too)")
+    parser.add_argument(
+        "--conversations", required=True, help="conversation-JSON file (osd/conversations.py)"
+    )
+    parser.add_argument("--output", required=True, help="output stem: writes STEM.jsonl (+ STEM.safetensors)")
+    parser.add_argument("--limit", type=int, default=None, help="record the first N records only")
+    parser.add_argument("--max_new_tokens", type=int, default=128)
+    parser.add_argument(
+        "--top_k", type=int, default=0, help="also record the top-k logits per position (0: no)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="softmax temperature of the top-k alpha"
+    )
+    parser.add_argument("--dtype", default="auto", help="auto (the folder's), float32, bfloat16, ...")
+    args = parser.parse_args(argv)
+    recording = record_conversations(
+        args.target, args.conversations, args.limit, args.dtype,
+        max_new_tokens=args.max_new_tokens, top_k=args.top_k, temperature=args.temperature,
+    )  # fmt: skip
+    written = recording.save(args.output)
+    tokens = sum(len(p.output_ids) for p in recording.prompts)
+    print(
+        f"recorded {len(recording.prompts)} prompts, {tokens} target tokens -> {', '.join(map(str, written))}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""A target's recorded greedy outputs: written once by `osd.analysis.record`, replayed by
+`osd.analysis.simulate` for any draft that shares the target's tokenizer.
+
+On disk, a stem `rec` is two files:
+- `rec.jsonl`: a header line (`{"format": FORMAT, "model": ..., "tokenizer": {...},
+  "prompt_template": ..., "max_new_tokens": ..., "top_k": ..., ...}`) then one line per prompt
+  (`{"id", "prompt_ids", "output_ids", "ended": "eos" | "budget"}`);
+- `rec.safetensors` (only with top-k): per prompt i, `topk_ids.{i}` [N_i, k] int32,
+  `topk_logits.{i}` [N_i, k] float32 and `logsumexp.{i}` [N_i] float32 (the log-normaliser of the
+  full softmax at the header's `temperature`), for the N_i output positions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import PreTrainedTokenizerBase
+
+from osd.model_checks import SPECIAL_IDS
+
+FORMAT = "osd-recording/1"
+
+
+class RecordingError(ValueError):
+    """A recording file is malformed or does not fit the draft or flags it is used with."""
+
+
+def tokenizer_identity(tokenizer: PreTrainedTokenizerBase) -> dict:
+    """Name, size, vocabulary hash and special ids: what a draft must share with the recording."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    return {
+        "name": tokenizer.name_or_path,
+        "vocab_size": len(vocab),
+        "vocab_sha256": hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest(),
+        **{name: getattr(tokenizer, name) for name in SPECIAL_IDS},
+    }
+
+
+def identity_difference(recorded: dict, draft: dict) -> str | None:
+    """How a draft's tokenizer identity differs from the recorded one (None when it does not);
+    the names may differ (a copy of the tokenizer elsewhere is the same tokenizer)."""
+    diffs = [
+        f"{k} {recorded.get(k)!r} vs {draft.get(k)!r}"
+        for k in recorded
+        if k != "name" and recorded.get(k) != draft.get(k)
+    ]
+    return "; ".join(diffs) or None
+
+
+@dataclass
+class PromptRecord:
+    id: str
+    prompt_ids: list[int]
+    output_ids: list[int]  # the target's greedy tokens, EOS included when it ended on one
+    ended: str  # "eos" or "budget" (max_new_tokens or the context ran out)
+    topk_ids: torch.Tensor | None = field(default=None, repr=False)  # [N, k]
+    topk_logits: torch.Tensor | None = field(default=None, repr=False)  # [N, k]
+    logsumexp: torch.Tensor | None = field(default=None, repr=False)  # [N]
+
+
+@dataclass
+class Recording:
+    header: dict
+    prompts: list[PromptRecord]
+
+    def save(self, stem: str | Path) -> tuple[Path, ...]:
+        """Write `{stem}.jsonl` (and `{stem}.safetensors` with top-k); returns the paths written."""
+        jsonl, tensors = paths(stem)
+        jsonl.parent.mkdir(parents=True, exist_ok=True)
+        lines = [self.header] + [
+            {k: v for k, v in asdict(p).items() if not isinstance(v, torch.Tensor) and v is not None}
+            for p in self.prompts
+        ]
+        jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        if not self.header.get("top_k"):
+            return (jsonl,)
+        arrays = {}
+        for i, p in enumerate(self.prompts):
+            arrays |= {f"topk_ids.{i}": p.topk_ids.int(), f"topk_logits.{i}": p.topk_logits.float()}
+            arrays[f"logsumexp.{i}"] = p.logsumexp.float()
+        save_file({k: v.contiguous() for k, v in arrays.items()}, str(tensors))
+        return jsonl, tensors
+
+
+def paths(stem: str | Path) -> tuple[Path, Path]:
+    """(`{stem}.jsonl`, `{stem}.safetensors`); a stem given with either suffix is accepted."""
+    stem = Path(stem)
+    if stem.suffix in (".jsonl", ".safetensors"):
+        stem = stem.with_suffix("")
+    return stem.with_name(stem.name + ".jsonl"), stem.with_name(stem.name + ".safetensors")
+
+
+def load_recording(stem: str | Path) -> Recording:
+    """Read a recording written by `Recording.save` (the tensors too when its header has top_k)."""
+    jsonl, tensors = paths(stem)
+    if not jsonl.is_file():
+        raise FileNotFoundError(f"{jsonl}: no such recording; write one with `python -m osd.analysis.record`")
+    lines = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines or lines[0].get("format") != FORMAT:
+        raise RecordingError(
+            f"{jsonl}: the first line is not a {FORMAT} header; re-record it with osd.analysis.record"
+        )
+    header, rows = lines[0], lines[1:]
+    arrays = {}
+    if header.get("top_k"):
+        if not tensors.is_file():
+            raise RecordingError(f"{jsonl}: its header says top_k={header['top_k']} but {tensors} is missing")
+        arrays = load_file(str(tensors))
+    prompts = []
+    for i, row in enumerate(rows):
+        try:
+            prompts.append(
+                PromptRecord(
+                    **row, **{k: arrays.get(f"{k}.{i}") for k in ("topk_ids", "topk_logits", "logsumexp")}
+                )
+            )
+        except TypeError as e:
+            raise RecordingError(f"{jsonl}, line {i + 2}: not a prompt record ({e})") from e
+    return Recording(header, prompts)

@@ -1,0 +1,239 @@
+"""Replay speculative decoding of a recorded target with a draft, without loading the target.
+
+    python -m osd.analysis.simulate --recording outputs/analysis/tiny_sql \
+        --draft osd/demo/models/tiny/draft --gamma 4 --output outputs/analysis/tiny_sql_draft
+
+Greedy acceptance is decided exactly as `SpeculativeDecoder.generate` decides it at temperature 0:
+each iteration the draft proposes k = min(gamma, remaining - 1) tokens after the committed prefix
+(cut after a drafted EOS), they are accepted while they equal the target's recorded greedy token,
+then the target's own token is committed. Greedy speculative decoding emits the target's greedy
+output, so the recording knows every token verification would produce. Alpha counts the accepted
+positions and the first rejected one, as the engine does. (The live target scores a verification
+chunk in one forward, the recording one token at a time: on a near-tie of two logits the argmax can
+differ in the last bit, as it can between any two batch shapes.)
+
+From a recording with top-k (`record --top_k K`), the sampling acceptance rate
+alpha = mean over the target's output positions of sum_x min(p(x), q(x)) (p target, q draft, both
+at the recording's temperature) is estimated. Only p's K largest entries are known (exactly: the
+recording keeps the full softmax normaliser), so the sum over them is a LOWER bound; the missing
+tail adds at most min(1 - sum_topK p, 1 - sum_topK q), which gives the UPPER bound reported beside
+it. On the tiny demo pair (README, "Draft analysis tools") K=20 leaves a gap under 0.01.
+
+Writes `{output}.jsonl` (one line per iteration), `{output}.txt` (DSD's format: the tokens
+matched so far in the prompt after each iteration, accepted + the target's own token, one
+`tensor([m], dtype=torch.int32)` line each) and `{output}.summary.json` (per prompt and dataset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from osd.analysis.analyze import format_report, summarize
+from osd.analysis.recording import (
+    PromptRecord,
+    Recording,
+    RecordingError,
+    identity_difference,
+    load_recording,
+    tokenizer_identity,
+)
+from osd.demo import repo_relative
+from osd.spec.decoder import MAX_VOCAB_PADDING, _CachedModel, context_limit
+
+
+@dataclass
+class Iteration:
+    proposed: int  # k draft tokens verified
+    accepted: int  # n of them accepted
+    counted: int  # positions alpha counts: min(n + 1, k)
+    alpha_sum: float  # accepted positions among the counted ones (greedy: point masses)
+    matched_so_far: int  # tokens committed in this prompt after the iteration (DSD's number)
+
+
+@dataclass
+class PromptSimulation:
+    id: str
+    iterations: list[Iteration]
+    generated_ids: list[int]
+    alpha_topk: tuple[float, float] | None = None  # (lower, upper) bounds, mean over positions
+    num_positions: int = 0  # positions the top-k alpha averages over
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def accepted_lengths(self) -> list[int]:
+        return [it.accepted for it in self.iterations]
+
+    @property
+    def alpha(self) -> float:
+        counted = sum(it.counted for it in self.iterations)
+        return sum(it.alpha_sum for it in self.iterations) / counted if counted else float("nan")
+
+
+def check_draft(recording: Recording, draft: PreTrainedModel, draft_tokenizer: dict, source: str) -> int:
+    """Raise unless the draft shares the recording's tokenizer; returns the shared vocabulary size."""
+    difference = identity_difference(recording.header["tokenizer"], draft_tokenizer)
+    if difference:
+        raise RecordingError(
+            f"recording {source} was made with tokenizer {recording.header['tokenizer']['name']}, the draft's "
+            f"{draft_tokenizer['name']} differs ({difference}); use a draft with the target's tokenizer or re-record"
+        )
+    rows = draft.get_output_embeddings().weight.shape[0]
+    if abs(rows - recording.header["vocab_rows"]) > MAX_VOCAB_PADDING:
+        raise RecordingError(
+            f"draft vocabulary {rows} vs recorded target's {recording.header['vocab_rows']} rows"
+        )
+    return min(rows, recording.header["vocab_rows"])
+
+
+@torch.inference_mode()
+def replay_greedy(
+    draft: PreTrainedModel, rec: PromptRecord, gamma: int, budget: int, eos: set[int], vocab: int
+) -> PromptSimulation:
+    """One prompt's greedy speculative decoding against its recorded target output."""
+    truth = rec.output_ids + [-1] * (gamma + 1)  # past the recorded EOS: never matched, never kept
+    state, tokens, iterations = _CachedModel(draft, None), list(rec.prompt_ids), []
+    generated = 0
+    while generated < budget:
+        k = min(gamma, budget - generated - 1)
+        proposed = propose(state, tokens, k, vocab)
+        k = next((i + 1 for i, t in enumerate(proposed) if t in eos), k)
+        matches = [a == b for a, b in zip(proposed[:k], truth[generated : generated + k], strict=True)]
+        n = next((i for i, m in enumerate(matches) if not m), k)
+        counted = min(n + 1, k)
+        emitted = truth[generated : generated + n + 1]
+        state.crop(min(len(tokens) + n, len(state)))
+        tokens += emitted
+        generated += n + 1
+        iterations.append(Iteration(k, n, counted, float(sum(matches[:counted])), generated))
+        if eos.intersection(emitted):
+            break
+    out = tokens[len(rec.prompt_ids) :]
+    cut = next((i + 1 for i, t in enumerate(out) if t in eos), len(out))
+    return PromptSimulation(rec.id, iterations, out[:cut])
+
+
+def propose(state: _CachedModel, tokens: list[int], k: int, vocab: int) -> list[int]:
+    """The draft's k greedy tokens after `tokens` (its cache holds a prefix of them)."""
+    feed = torch.tensor([tokens[len(state) :]], device=state.device)  # [1, tokens the draft has not seen]
+    proposed = []
+    for _ in range(k):
+        token = state.forward(feed, num_logits=1)[:, :vocab].argmax(-1)  # [1]
+        proposed.append(int(token))
+        feed = token.view(1, 1)
+    return proposed
+
+
+@torch.inference_mode()
+def alpha_topk(draft: PreTrainedModel, rec: PromptRecord, temperature: float, vocab: int) -> torch.Tensor:
+    """[N, 2] lower and upper bounds of sum_x min(p, q) at each recorded output position."""
+    n = len(rec.output_ids)
+    ids = torch.tensor([rec.prompt_ids + rec.output_ids[:-1]], device=draft.device)  # [1, T + N - 1]
+    q = torch.softmax(draft(ids).logits[0, -n:, :vocab].float().cpu() / temperature, -1)  # [N, V]
+    p_top = torch.exp(rec.topk_logits / temperature - rec.logsumexp[:, None])  # [N, K]
+    inside = rec.topk_ids < vocab  # [N, K]
+    q_top = q.gather(1, rec.topk_ids.long().clamp(max=vocab - 1)) * inside  # [N, K]
+    lower = torch.minimum(p_top, q_top).sum(-1)  # [N]
+    tail = torch.minimum(1 - p_top.sum(-1), 1 - q_top.sum(-1)).clamp(min=0)  # [N]
+    return torch.stack([lower, (lower + tail).clamp(max=1)], -1)
+
+
+def simulate(
+    recording: Recording,
+    draft: PreTrainedModel,
+    draft_tokenizer: dict,
+    gamma: int = 5,
+    max_new_tokens: int | None = None,
+    source: str = "(in memory)",
+) -> list[PromptSimulation]:
+    """Replay every prompt of `recording` with `draft` (greedy; top-k alpha where recorded)."""
+    if gamma < 1:
+        raise ValueError(f"--gamma must be >= 1, got {gamma}")
+    vocab = check_draft(recording, draft, draft_tokenizer, source)
+    header = recording.header
+    max_new = header["max_new_tokens"] if max_new_tokens is None else max_new_tokens
+    limits = [x for x in (context_limit(draft.config), header["context_limit"]) if x is not None]
+    eos = set() if header["eos_token_id"] is None else {header["eos_token_id"]}
+    results = []
+    for rec in recording.prompts:
+        budget = min([max_new] + [x - len(rec.prompt_ids) for x in limits])
+        if rec.ended == "budget" and budget > len(rec.output_ids):
+            raise RecordingError(
+                f"recording {source}, prompt {rec.id}: {len(rec.output_ids)} target tokens recorded, {budget} "
+                f"needed; lower --max_new_tokens to {len(rec.output_ids)} or record with a larger one"
+            )
+        result = replay_greedy(draft, rec, gamma, budget, eos, vocab)
+        if rec.topk_ids is not None:
+            bounds = alpha_topk(draft, rec, header["temperature"], vocab)  # [N, 2]
+            result.alpha_topk, result.num_positions = tuple(bounds.mean(0).tolist()), len(bounds)
+        results.append(result)
+    return results
+
+
+def write_outputs(results: Sequence[PromptSimulation], stem: str | Path, meta: dict) -> list[Path]:
+    """`{stem}.jsonl` per iteration, `{stem}.txt` in DSD's format, `{stem}.summary.json`."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    jsonl, txt, summary = (stem.with_name(stem.name + s) for s in (".jsonl", ".txt", ".summary.json"))
+    rows = [
+        {"prompt": p, "id": r.id, "iteration": t, **asdict(it)}
+        for p, r in enumerate(results)
+        for t, it in enumerate(r.iterations)
+    ]
+    jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    txt.write_text("".join(f"tensor([{row['matched_so_far']}], dtype=torch.int32)\n" for row in rows))
+    report = summarize(rows) | {"alpha_topk": topk_summary(results)}
+    summary.write_text(json.dumps(repo_relative(meta | report), indent=1) + "\n", encoding="utf-8")
+    return [jsonl, txt, summary]
+
+
+def topk_summary(results: Sequence[PromptSimulation]) -> dict | None:
+    """Position-weighted top-k alpha bounds over the dataset and per prompt (None without top-k)."""
+    with_topk = [r for r in results if r.alpha_topk is not None]
+    if not with_topk:
+        return None
+    total = sum(r.num_positions for r in with_topk)
+    lower, upper = (sum(r.alpha_topk[i] * r.num_positions for r in with_topk) / total for i in (0, 1))
+    return {"lower": lower, "upper": upper, "per_prompt": {r.id: list(r.alpha_topk) for r in with_topk}}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--recording", required=True, help="recording stem (or its .jsonl) from osd.analysis.record"
+    )
+    parser.add_argument("--draft", required=True, help="draft model folder or hub id")
+    parser.add_argument("--tokenizer", default=None, help="the draft's tokenizer when its folder has none")
+    parser.add_argument("--gamma", type=int, default=5, help="draft tokens per iteration")
+    parser.add_argument("--max_new_tokens", type=int, default=None, help="default: the recording's")
+    parser.add_argument(
+        "--output", required=True, help="stem: writes STEM.jsonl, STEM.txt, STEM.summary.json"
+    )
+    parser.add_argument("--dtype", default="auto")
+    args = parser.parse_args(argv)
+    recording = load_recording(args.recording)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.draft)
+    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=args.dtype).eval()
+    results = simulate(
+        recording, draft, tokenizer_identity(tokenizer), args.gamma, args.max_new_tokens, args.recording
+    )
+    meta = {"command": "python -m osd.analysis.simulate " + " ".join(sys.argv[1:] if argv is None else argv)}
+    meta |= {"recording": str(Path(args.recording).resolve()), "draft": str(Path(args.draft).resolve())}
+    written = write_outputs(results, args.output, meta)
+    print(format_report(summarize(json.loads(line) for line in written[0].read_text().splitlines())))
+    if (topk := topk_summary(results)) is not None:
+        print(f"alpha from top-{recording.header['top_k']}: in [{topk['lower']:.4f}, {topk['upper']:.4f}]")
+    print("wrote", ", ".join(map(str, written)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Simulated speculative decoding from a recording equals the live engine's, step by step."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from osd.analysis.record import record_conversations, record_prompts
+from osd.analysis.recording import RecordingError, load_recording, tokenizer_identity
+from osd.analysis.simulate import simulate
+from osd.demo import DRAFT_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
+from osd.spec import SpeculativeDecoder
+from tests.spec.models import VOCAB, draft_from_target, tiny_model
+
+RANDOM_TOKENIZER = {"name": "random", "vocab_size": VOCAB, "vocab_sha256": "0" * 64}
+EOS = 2
+
+
+def live(draft, target, prompt: list[int], gamma: int, max_new_tokens: int, eos: int):
+    decoder = SpeculativeDecoder(draft, target, gamma=gamma)
+    return decoder.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, eos_token_id=eos)
+
+
+def assert_same_as_live(simulated, draft, target, recording, gamma: int) -> None:
+    for sim, rec in zip(simulated, recording.prompts, strict=True):
+        out = live(
+            draft,
+            target,
+            rec.prompt_ids,
+            gamma,
+            recording.header["max_new_tokens"],
+            recording.header["eos_token_id"],
+        )
+        assert sim.accepted_lengths == out.accepted_lengths, rec.id
+        assert sum(it.counted for it in sim.iterations) == out.num_proposed, rec.id
+        assert sim.alpha == pytest.approx(out.alpha, abs=0, nan_ok=True), rec.id
+        assert sim.generated_ids == out.generated_ids[0].tolist(), rec.id
+
+
+@pytest.fixture(scope="module")
+def random_pair():
+    target = tiny_model("llama", layers=2, seed=3)
+    return draft_from_target(target, noise=0.6), target
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_random_pair_simulation_equals_live_engine(random_pair, gamma):
+    draft, target = random_pair
+    gen = torch.Generator().manual_seed(gamma)
+    prompts = [(f"p{i}", torch.randint(3, VOCAB, (5 + 3 * i,), generator=gen).tolist()) for i in range(4)]
+    recording = record_prompts(
+        target, prompts, {"tokenizer": RANDOM_TOKENIZER}, max_new_tokens=40, eos_token_id=EOS
+    )
+    simulated = simulate(recording, draft, RANDOM_TOKENIZER, gamma=gamma)
+    lengths = [n for s in simulated for n in s.accepted_lengths]
+    assert 0 < sum(lengths) and min(lengths) < gamma  # some drafts accepted, some rejected: a real test
+    assert_same_as_live(simulated, draft, target, recording, gamma)
+
+
+@pytest.fixture(scope="module")
+def tiny_demo(tmp_path_factory):
+    """The tiny demo pair and a recording (full top-k) of its teacher on 4 SQL prompts, saved and reloaded."""
+    stem = tmp_path_factory.mktemp("rec") / "tiny"
+    record_conversations(
+        TINY_TEACHER_PATH, workload_path("sql", "eval"), limit=4, max_new_tokens=48, top_k=3072
+    ).save(stem)
+    target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH).eval()
+    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH).eval()
+    identity = tokenizer_identity(AutoTokenizer.from_pretrained(TINY_DRAFT_PATH))
+    return draft, target, identity, load_recording(stem)
+
+
+@pytest.mark.parametrize("gamma", [2, 5])
+def test_tiny_demo_pair_simulation_equals_live_engine(tiny_demo, gamma):
+    draft, target, identity, recording = tiny_demo
+    assert recording.header["prompt_template"] and recording.header["tokenizer"]["vocab_size"] == 3072
+    assert_same_as_live(simulate(recording, draft, identity, gamma=gamma), draft, target, recording, gamma)
+
+
+def test_topk_alpha_is_a_lower_bound_that_tightens_with_k(tiny_demo):
+    draft, _, identity, recorded = tiny_demo
+    full = copy.deepcopy(recorded)  # truncated below
+    exact = simulate(full, draft, identity, gamma=2)
+    for sim in exact:  # with every logit recorded the bounds meet
+        assert sim.alpha_topk[0] == pytest.approx(sim.alpha_topk[1], abs=1e-5)
+    previous = [0.0] * len(exact)
+    for k in (1, 5, 50):
+        for rec in full.prompts:
+            rec.topk_ids, rec.topk_logits = rec.topk_ids[:, :k], rec.topk_logits[:, :k]
+        for i, (sim, ref) in enumerate(zip(simulate(full, draft, identity, gamma=2), exact, strict=True)):
+            lower, upper = sim.alpha_topk
+            assert previous[i] - 1e-6 <= lower <= ref.alpha_topk[0] + 1e-6 <= upper + 2e-6
+            previous[i] = lower
+    assert any(p < 1.0 for p in previous)  # a draft that is not the target
+
+
+def test_recording_refuses_a_draft_with_another_tokenizer(tiny_demo):
+    draft, _, _, recording = tiny_demo
+    other = tokenizer_identity(AutoTokenizer.from_pretrained(DRAFT_PATH))  # SmolLM2's, 49152 tokens
+    with pytest.raises(RecordingError, match="tokenizer.*vocab_size 3072 vs 49152"):
+        simulate(recording, draft, other)
+
+
+def test_simulating_past_the_recorded_budget_is_refused(random_pair):
+    draft, target = random_pair
+    recording = record_prompts(
+        target, [("a", [5, 6, 7])], {"tokenizer": RANDOM_TOKENIZER}, 8, eos_token_id=None
+    )
+    with pytest.raises(RecordingError, match="lower --max_new_tokens to 8"):
+        simulate(recording, draft, RANDOM_TOKENIZER, max_new_tokens=20)
