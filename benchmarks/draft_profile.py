@@ -1,0 +1,182 @@
+"""Draft architecture profile (Decoding Speculative Decoding, Sec. 4): depth x width grid of drafts.
+
+Each draft is the target's architecture (Llama family) with its vocabulary and tokenizer, cut to
+`depth` layers of `width` hidden units (width / head_dim heads, the target's MLP ratio and GQA
+ratio), randomly initialised: latency does not depend on the weights. For each, in the target's
+dtype: a cached one-token step after --context tokens (`osd.spec.timing.step_time`), c = draft
+step / target step, and Eq. 2 (`osd.cost_model`) at the best gamma for an acceptance rate alpha.
+alpha is --alpha for every draft (the same acceptance isolates latency, DSD's question), or, with
+--train_steps N, each draft trained N steps (same data, batch and seed for all) on the demo
+workload's train answers and its greedy alpha replayed (`osd.analysis.simulate`) against one
+recording of the target on --eval_prompts eval queries.
+
+Writes {out}/results.json (with the command), table.md and profile.png (step latency against
+width, one line per depth; Eq. 2 throughput against parameters).
+
+    python benchmarks/draft_profile.py --depths 2 8 --widths 256 512 1024 --out benchmarks/results/draft_profile
+    python benchmarks/draft_profile.py --depths 1 2 --widths 256 512 --train_steps 200 --eval_prompts 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel  # noqa: E402
+
+from osd.analysis.analyze import summarize  # noqa: E402
+from osd.analysis.record import record_conversations  # noqa: E402
+from osd.analysis.recording import Recording, tokenizer_identity  # noqa: E402
+from osd.analysis.simulate import simulate, write_outputs  # noqa: E402
+from osd.conversations import load_conversations  # noqa: E402
+from osd.cost_model import best_gamma, speedup  # noqa: E402
+from osd.demo import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa: E402
+from osd.demo.lm_training import chat_example, num_params, train_lm  # noqa: E402
+from osd.demo.step_cost import cost_ratio  # noqa: E402
+
+
+def make_draft(target: PreTrainedModel, depth: int, width: int) -> PreTrainedModel:
+    """A random float32 draft: the target's config at `depth` layers and `width` hidden units."""
+    cfg = copy.deepcopy(target.config)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if width % head_dim:
+        raise ValueError(f"--widths {width}: not a multiple of the target's head_dim {head_dim}")
+    heads, group = width // head_dim, cfg.num_attention_heads // cfg.num_key_value_heads
+    cfg.num_hidden_layers, cfg.hidden_size, cfg.head_dim = depth, width, head_dim
+    cfg.num_attention_heads, cfg.num_key_value_heads = heads, heads // group if heads % group == 0 else heads
+    cfg.intermediate_size = round(width * target.config.intermediate_size / target.config.hidden_size)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+
+
+def train_draft(draft: PreTrainedModel, tokenizer, steps: int, batch: int, lr: float) -> dict:
+    """`steps` AdamW steps on the four domains' train answers (chat template), the same for every draft."""
+    records = [r for d in DOMAINS for r in load_conversations(workload_path(d, "train"))]
+    examples = [chat_example(tokenizer, r, 256) for r in records]
+    if draft.config.pad_token_id is None:
+        draft.config.pad_token_id = tokenizer.eos_token_id
+    return train_lm(draft, examples, steps, batch, lr, warmup_steps=max(1, steps // 10), seed=0, name="draft")
+
+
+def greedy_alpha(
+    draft: PreTrainedModel, recording: Recording, identity: dict, gamma: int, out: Path
+) -> float:
+    """Dataset greedy alpha of `draft` replayed against `recording` (iterations kept under `out`)."""
+    results = simulate(recording, draft, identity, gamma=gamma)
+    jsonl = write_outputs(results, out, {})[0]
+    return summarize(json.loads(line) for line in jsonl.read_text().splitlines())["dataset"]["alpha"]
+
+
+def plot(rows: list[dict], target_ms: float, path: Path) -> None:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for depth in sorted({r["depth"] for r in rows}):
+        mine = sorted((r for r in rows if r["depth"] == depth), key=lambda r: r["width"])
+        left.plot(
+            [r["width"] for r in mine], [r["draft_step_ms"] for r in mine], "o-", label=f"{depth} layers"
+        )
+        right.plot(
+            [r["params_m"] for r in mine],
+            [r["eq2_tokens_per_s"] for r in mine],
+            "o-",
+            label=f"{depth} layers",
+        )
+    left.axhline(target_ms, ls="--", c="gray", label="target step")
+    left.set(
+        xlabel="draft width (hidden size)", ylabel="draft step (ms)", title="step latency: depth vs width"
+    )
+    left.set_yscale("log")
+    right.set(
+        xlabel="draft parameters (M)", ylabel="Eq. 2 tokens/s", title="predicted throughput (best gamma)"
+    )
+    for ax in (left, right):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default=str(TARGET_PATH))
+    ap.add_argument("--dtype", default="bfloat16", help="target and drafts, for timing and replay")
+    ap.add_argument("--depths", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--widths", type=int, nargs="+", default=[256, 512, 1024])
+    ap.add_argument("--context", type=int, default=64, help="tokens in the KV cache when a step is timed")
+    ap.add_argument("--alpha", type=float, default=0.6, help="alpha of every draft without --train_steps")
+    ap.add_argument(
+        "--train_steps", type=int, default=0, help="train each draft N steps and measure alpha (0: no)"
+    )
+    ap.add_argument("--train_batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--eval_prompts", type=int, default=8, help="sql eval queries the target is recorded on")
+    ap.add_argument("--gamma", type=int, default=3, help="gamma of the replay that measures alpha")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default="outputs/draft_profile")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    out, dtype = Path(args.out), getattr(torch, args.dtype)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).eval()
+    recording = None
+    if args.train_steps:
+        recording = record_conversations(
+            args.target, workload_path("sql", "eval"), args.eval_prompts, args.dtype, max_new_tokens=64
+        )
+    rows = []
+    for depth in args.depths:
+        for width in args.widths:
+            draft = make_draft(target, depth, width)
+            row = {"depth": depth, "width": width, "params_m": num_params(draft) / 1e6}
+            if args.train_steps:
+                row |= train_draft(draft, tokenizer, args.train_steps, args.train_batch, args.lr)
+            draft = draft.to(dtype)
+            c, t_draft, t_target = cost_ratio(draft, target, args.context)
+            alpha = args.alpha
+            if recording is not None:
+                identity = tokenizer_identity(tokenizer)
+                alpha = greedy_alpha(
+                    draft, recording, identity, args.gamma, out / f"replay_d{depth}_w{width}"
+                )
+            gamma = best_gamma(alpha, c)
+            row |= {"draft_step_ms": t_draft * 1e3, "target_step_ms": t_target * 1e3, "c": c, "alpha": alpha}
+            row |= {"best_gamma": gamma, "eq2_speedup": speedup(alpha, gamma, c)}
+            row["eq2_tokens_per_s"] = row["eq2_speedup"] / t_target
+            rows.append(row)
+            print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    target_ms = sum(r["target_step_ms"] for r in rows) / len(rows)
+    record = {
+        "command": " ".join(["python benchmarks/draft_profile.py", *sys.argv[1:]]),
+        "target": str(Path(args.target).resolve()),
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "context": args.context,
+        "alpha_source": f"replayed greedy alpha after {args.train_steps} steps"
+        if args.train_steps
+        else "--alpha",
+        "rows": rows,
+    }
+    (out / "results.json").write_text(json.dumps(repo_relative(record), indent=1) + "\n")
+    head = "| depth | width | params (M) | draft step (ms) | c | alpha | best gamma | Eq. 2 speedup | Eq. 2 tok/s |"
+    lines = [f"target step {target_ms:.2f} ms (mean of its {len(rows)} timings); alpha: {record['alpha_source']}", "", head,
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        f"| {r['depth']} | {r['width']} | {r['params_m']:.1f} | {r['draft_step_ms']:.2f} | {r['c']:.3f} | "
+        f"{r['alpha']:.3f} | {r['best_gamma']} | {r['eq2_speedup']:.2f} | {r['eq2_tokens_per_s']:.1f} |"
+        for r in rows
+    ]
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    plot(rows, target_ms, out / "profile.png")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
