@@ -3,8 +3,8 @@
 Each draft is the target's architecture (Llama family) with its vocabulary and tokenizer, cut to
 `depth` layers of `width` hidden units (width / head_dim heads, the target's MLP ratio and GQA
 ratio), randomly initialised: latency does not depend on the weights. For each, in the target's
-dtype: a cached one-token step after --context tokens (`osd.spec.timing.step_time`), c = draft
-step / target step, and Eq. 2 (`osd.cost_model`) at the best gamma for an acceptance rate alpha.
+dtype: a cached one-token step after --context tokens (`osd.spec.timing.step_time`; every model
+timed --repeats times, interleaved, the fastest kept), c = draft step / target step, and Eq. 2 (`osd.cost_model`) at the best gamma for an acceptance rate alpha.
 alpha is --alpha for every draft (the same acceptance isolates latency, DSD's question), or, with
 --train_steps N, each draft trained N steps (same data, batch and seed for all) on the demo
 workload's train answers and its greedy alpha replayed (`osd.analysis.simulate`) against one
@@ -40,7 +40,7 @@ from osd.conversations import load_conversations  # noqa: E402
 from osd.cost_model import best_gamma, speedup  # noqa: E402
 from osd.demo import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa: E402
 from osd.demo.lm_training import chat_example, num_params, train_lm  # noqa: E402
-from osd.demo.step_cost import cost_ratio  # noqa: E402
+from osd.spec.timing import step_time  # noqa: E402
 
 
 def make_draft(target: PreTrainedModel, depth: int, width: int) -> PreTrainedModel:
@@ -118,6 +118,9 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval_prompts", type=int, default=8, help="sql eval queries the target is recorded on")
     ap.add_argument("--gamma", type=int, default=3, help="gamma of the replay that measures alpha")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="timings per model, interleaved; the fastest is kept"
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/draft_profile")
     args = ap.parse_args()
@@ -131,7 +134,7 @@ def main() -> None:
         recording = record_conversations(
             args.target, workload_path("sql", "eval"), args.eval_prompts, args.dtype, max_new_tokens=64
         )
-    rows = []
+    rows, drafts = [], []
     for depth in args.depths:
         for width in args.widths:
             draft = make_draft(target, depth, width)
@@ -139,26 +142,36 @@ def main() -> None:
             if args.train_steps:
                 row |= train_draft(draft, tokenizer, args.train_steps, args.train_batch, args.lr)
             draft = draft.to(dtype)
-            c, t_draft, t_target = cost_ratio(draft, target, args.context)
-            alpha = args.alpha
+            row["alpha"] = args.alpha
             if recording is not None:
-                identity = tokenizer_identity(tokenizer)
-                alpha = greedy_alpha(
-                    draft, recording, identity, args.gamma, out / f"replay_d{depth}_w{width}"
+                replay = out / f"replay_d{depth}_w{width}"
+                row["alpha"] = greedy_alpha(
+                    draft, recording, tokenizer_identity(tokenizer), args.gamma, replay
                 )
-            gamma = best_gamma(alpha, c)
-            row |= {"draft_step_ms": t_draft * 1e3, "target_step_ms": t_target * 1e3, "c": c, "alpha": alpha}
-            row |= {"best_gamma": gamma, "eq2_speedup": speedup(alpha, gamma, c)}
-            row["eq2_tokens_per_s"] = row["eq2_speedup"] / t_target
             rows.append(row)
-            print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-    target_ms = sum(r["target_step_ms"] for r in rows) / len(rows)
+            drafts.append(draft)
+    # every model timed --repeats times, interleaved, the fastest kept: load only ever adds time
+    times = [[] for _ in range(len(drafts) + 1)]
+    for repeat in range(args.repeats):
+        for model, seconds in zip([target, *drafts], times, strict=True):
+            seconds.append(step_time(model, args.context))
+        print(f"timing round {repeat + 1}/{args.repeats}: target {times[0][-1] * 1e3:.2f} ms", flush=True)
+    t_target = min(times[0])
+    for row, seconds in zip(rows, times[1:], strict=True):
+        row["draft_step_ms"], row["draft_step_ms_all"] = min(seconds) * 1e3, [t * 1e3 for t in seconds]
+    for row in rows:
+        row["c"] = row["draft_step_ms"] / 1e3 / t_target
+        row["best_gamma"] = best_gamma(row["alpha"], row["c"])
+        row["eq2_speedup"] = speedup(row["alpha"], row["best_gamma"], row["c"])
+        row["eq2_tokens_per_s"] = row["eq2_speedup"] / t_target
+    target_ms = t_target * 1e3
     record = {
         "command": " ".join(["python benchmarks/draft_profile.py", *sys.argv[1:]]),
         "target": str(Path(args.target).resolve()),
         "dtype": args.dtype,
         "threads": args.threads,
         "context": args.context,
+        "target_step_ms_all": [t * 1e3 for t in times[0]],
         "alpha_source": f"replayed greedy alpha after {args.train_steps} steps"
         if args.train_steps
         else "--alpha",
@@ -166,7 +179,7 @@ def main() -> None:
     }
     (out / "results.json").write_text(json.dumps(repo_relative(record), indent=1) + "\n")
     head = "| depth | width | params (M) | draft step (ms) | c | alpha | best gamma | Eq. 2 speedup | Eq. 2 tok/s |"
-    lines = [f"target step {target_ms:.2f} ms (mean of its {len(rows)} timings); alpha: {record['alpha_source']}", "", head,
+    lines = [f"target step {target_ms:.2f} ms (the fastest of {args.repeats} timings); alpha: {record['alpha_source']}", "", head,
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     lines += [
         f"| {r['depth']} | {r['width']} | {r['params_m']:.1f} | {r['draft_step_ms']:.2f} | {r['c']:.3f} | "
