@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -167,7 +168,7 @@ def main() -> None:
     target_ms = t_target * 1e3
     record = {
         "command": " ".join(["python benchmarks/draft_profile.py", *sys.argv[1:]]),
-        "target": str(Path(args.target).resolve()),
+        "target": os.path.abspath(args.target),
         "dtype": args.dtype,
         "threads": args.threads,
         "context": args.context,

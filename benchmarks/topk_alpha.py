@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -61,8 +62,8 @@ def main() -> None:
     positions = sum(len(r.output_ids) for r in recording.prompts)
     record = {
         "command": " ".join(["python benchmarks/topk_alpha.py", *sys.argv[1:]]),
-        "target": str(Path(args.target).resolve()), "draft": str(Path(args.draft).resolve()),
-        "conversations": str(Path(args.conversations).resolve()), "prompts": len(recording.prompts),
+        "target": os.path.abspath(args.target), "draft": os.path.abspath(args.draft),
+        "conversations": os.path.abspath(args.conversations), "prompts": len(recording.prompts),
         "positions": positions, "temperature": args.temperature, "exact_alpha": exact, "rows": rows,
     }  # fmt: skip
     (out / "results.json").write_text(json.dumps(repo_relative(record), indent=1) + "\n")

@@ -13,6 +13,7 @@ writes `outputs/analysis/tiny_sql.jsonl` (+ `.safetensors` with --top_k); format
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -100,10 +101,10 @@ def record_conversations(
     prompts = [(str(r.get("id", i)), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
     header = repo_relative(
         {
-            "model": str(Path(target_path).resolve()) if Path(target_path).exists() else str(target_path),
+            "model": os.path.abspath(target_path) if Path(target_path).exists() else str(target_path),
             "tokenizer": tokenizer_identity(tokenizer),
             "prompt_template": getattr(tokenizer, "chat_template", None) or PLAIN_TEMPLATE,
-            "conversations": str(Path(conversations).resolve()),
+            "conversations": os.path.abspath(conversations),
         }
     )
     header["tokenizer"]["name"] = header["model"]
