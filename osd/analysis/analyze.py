@@ -8,6 +8,8 @@ Inputs: `simulate`'s per-iteration JSONL, or DSD's text output: one line per ite
 tokens matched so far of each batch row in brackets (`tensor([12, 9], device='cuda:0', ...)`); a
 drop in the first row's count starts the next prompt (batch), as in DSD's script. "Tokens matched"
 in an iteration is the rise of that count: the accepted draft tokens plus the target's own token.
+DSD's text has no prompt boundaries: a prompt whose first count does not drop below the previous
+prompt's last (a prompt that ended after one token) merges with it; `simulate`'s JSONL names them.
 
 The numbers differ from DSD's script in two places where it drops iterations: it never counts the
 first iteration of the first prompt, and its per-prompt averages leave out each prompt's last

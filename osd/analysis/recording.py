@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -73,7 +73,7 @@ class Recording:
         jsonl, tensors = paths(stem)
         jsonl.parent.mkdir(parents=True, exist_ok=True)
         lines = [self.header] + [
-            {k: v for k, v in asdict(p).items() if not isinstance(v, torch.Tensor) and v is not None}
+            {"id": p.id, "prompt_ids": p.prompt_ids, "output_ids": p.output_ids, "ended": p.ended}
             for p in self.prompts
         ]
         jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")

@@ -32,7 +32,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -67,7 +67,6 @@ class PromptSimulation:
     generated_ids: list[int]
     alpha_topk: tuple[float, float] | None = None  # (lower, upper) bounds, mean over positions
     num_positions: int = 0  # positions the top-k alpha averages over
-    extra: dict = field(default_factory=dict)
 
     @property
     def accepted_lengths(self) -> list[int]:
