@@ -8,8 +8,9 @@ Usage (real models, as the paper; see bash_scripts/*/offline.sh):
 
 Usage (embedded demo pair, CPU, no downloads): bash bash_scripts/demo/offline.sh runs/demo student forward
 
-Every `transformers.TrainingArguments` flag works too. Training resumes from the last
-`checkpoint-*` in --output_dir, or from --resume_from_checkpoint.
+Every `transformers.TrainingArguments` flag works too. An --output_dir that holds a run is refused
+unless --resume_from_checkpoint (a checkpoint, or `last` for the newest complete one) or
+--overwrite_output_dir (start over) is given: see osd.distill.run_dir.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
+from osd.distill.run_dir import final_eval, plan_run, run_identity
 from osd.distill.trainer import DistillTrainer
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         raise ValueError("--data_path is required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     setup_wandb(training_args.report_to)
+    identity = run_identity(model_args, data_args, training_args)
+    plan = plan_run(
+        training_args.output_dir,
+        training_args.resume_from_checkpoint,
+        training_args.overwrite_output_dir,
+        identity,
+    )  # refuses before the models are loaded
 
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
@@ -126,24 +134,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         eval_dataset=eval_dataset,
         data_collator=collator,
         processing_class=tokenizer,
+        run_identity=identity,
     )
-    checkpoint = training_args.resume_from_checkpoint
-    if checkpoint is None and training_args.output_dir:
-        try:
-            checkpoint = get_last_checkpoint(training_args.output_dir)
-        except FileNotFoundError:
-            checkpoint = None
-    if checkpoint is not None:
-        logger.info("resuming from %s", checkpoint)
-    trainer.train(resume_from_checkpoint=checkpoint)
+    if plan.is_finished(trainer.planned_max_steps()):
+        return final_eval(plan.finished["log_history"], plan.finished["global_step"])
+    plan.begin(training_args.should_save)
+    if plan.checkpoint is not None:
+        logger.info("resuming from %s", plan.checkpoint.path)
+    trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
     trainer.save_model()
-    trainer.save_state()
-    if eval_dataset is None or training_args.mode != "offline":
-        return {}
-    evals = [h for h in trainer.state.log_history if "eval_alpha" in h]
-    if evals and evals[-1]["step"] == trainer.state.global_step:  # already measured at the last step
-        return evals[-1]
-    return trainer.evaluate()
+    metrics = {}
+    if eval_dataset is not None and training_args.mode == "offline":  # unless measured at the last step
+        metrics = final_eval(trainer.state.log_history, trainer.state.global_step) or trainer.evaluate()
+    trainer.save_state()  # last: its trainer_state.json marks the run finished
+    return metrics
 
 
 if __name__ == "__main__":

@@ -167,6 +167,13 @@ class DistillTrainingArguments(TrainingArguments):
             "(float32) weights; default: serve the student itself."
         },
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start over in a --output_dir that holds a run: its checkpoints, metrics.jsonl and model "
+            "are deleted first. (To continue it instead: --resume_from_checkpoint last.)"
+        },
+    )
     # Changed defaults. The reference trains with adamw_torch; "Standard" speculative decoding is
     # measured before the first step; the collated batches carry prompt_ids and group names that
     # the model's forward does not take, so Trainer must not drop "unused" columns.

@@ -41,6 +41,7 @@ from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer
+from osd.distill.run_dir import plan_run, run_identity
 
 Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
 
@@ -162,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     setup_wandb(args.report_to)
     args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
+    identity = run_identity(model_args, data_args, args, route_by=routing.route_by, routes=routing.routes)
+    plan = plan_run(args.output_dir, args.resume_from_checkpoint, args.overwrite_output_dir, identity)
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
     stream = ConversationDataset(data_args.data_path, tokenizer, data_args.model_max_length, is_enc_dec)
@@ -182,10 +185,14 @@ def main(argv: list[str] | None = None) -> None:
             data_args.model_max_length,
         ),
         processing_class=tokenizer,
+        run_identity=identity,
     )
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    if plan.is_finished(trainer.planned_max_steps()):
+        return
+    plan.begin(args.should_save)
+    trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
     trainer.save_model()
-    trainer.save_state()
+    trainer.save_state()  # last: its trainer_state.json marks the run finished
 
 
 if __name__ == "__main__":
