@@ -247,9 +247,11 @@ def _read_json(path: Path) -> dict | None:
 
 
 def final_eval(log_history: list[dict], step: int) -> dict[str, float]:
-    """The eval entry logged at `step`, if any (the run's final acceptance rate)."""
+    """The eval metrics logged at `step`, if any (the run's final acceptance rate)."""
     evals = [h for h in log_history if "eval_alpha" in h]
-    return evals[-1] if evals and evals[-1]["step"] == step else {}
+    if not evals or evals[-1]["step"] != step:
+        return {}
+    return {k: v for k, v in evals[-1].items() if k != "step"}  # as evaluate() returns them
 
 
 @dataclass
