@@ -59,7 +59,7 @@ def run_online(
     extra: Sequence[str] = (),
 ) -> list[dict]:
     """Serve `stream` (and distil unless update_interval is NEVER); returns its per-query log entries."""
-    shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run: osd.train would resume an old checkpoint
+    shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run each time, the stream written anew
     out_dir.mkdir(parents=True)
     save_conversations(stream, out_dir / "stream.json")
     argv = [

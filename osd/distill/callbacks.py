@@ -14,6 +14,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+TIMING_KEYS = ("update_time_share",)  # measured time in online entries
 WANDB_HOST = "api.wandb.ai"
 
 
@@ -115,6 +116,12 @@ def read_jsonl(path: str | Path) -> list[dict]:
 def read_metrics(output_dir: str | Path) -> list[dict]:
     """All entries of `{output_dir}/metrics.jsonl`, in order."""
     return read_jsonl(Path(output_dir) / METRICS_FILE)
+
+
+def reproducible(entries: list[dict]) -> list[dict]:
+    """metrics.jsonl entries without what differs between two runs of one command: timings, and
+    Trainer's end-of-train summary (its train_loss averages the steps of the last train() call only)."""
+    return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in entries if "train_runtime" not in e]
 
 
 def _wandb_key_configured() -> bool:

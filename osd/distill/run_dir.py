@@ -10,6 +10,7 @@ written last: a `checkpoint-N` folder is complete, and resume takes the newest c
 Policy (`plan_run`, before any model is loaded):
 - a folder that holds run outputs is refused unless --resume_from_checkpoint or --overwrite_output_dir;
 - --overwrite_output_dir deletes the previous run's outputs (other files, e.g. a stream, are kept);
+  it wins over `--resume_from_checkpoint last` (scripts that pass `last` can be told to start over);
 - --resume_from_checkpoint PATH resumes from that checkpoint; `last` (or `True`) from the newest
   complete checkpoint of --output_dir, or from step 0 when none was written yet;
 - resuming requires the identity (models, data digests, method flags) the folder and checkpoint
@@ -293,9 +294,10 @@ class RunPlan:
 def plan_run(output_dir: str | Path, resume: str | None, overwrite: bool, identity: dict) -> RunPlan:
     """The resume policy (module docstring) for one command; raises CheckpointError / ValueError to refuse."""
     out = Path(output_dir)
-    if resume and overwrite:
+    if resume and overwrite and str(resume).lower() not in LAST:
         raise ValueError(
-            "pass --resume_from_checkpoint (continue) or --overwrite_output_dir (start over), not both"
+            f"--resume_from_checkpoint {resume} continues that checkpoint, --overwrite_output_dir starts "
+            "over: pass one of them"
         )
     outputs = run_outputs(out)
     if overwrite:

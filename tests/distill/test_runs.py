@@ -13,18 +13,10 @@ import torch
 from distill_fixtures import cli_argv, write_conversations
 from safetensors.torch import load_file
 
-from osd.distill.callbacks import METRICS_FILE, read_metrics
+from osd.distill.callbacks import METRICS_FILE, read_metrics, reproducible
 from osd.distill.run_dir import FINAL_STATE, STAGING_DIR, CheckpointError
 from osd.plots import read_log
 from osd.train import main
-
-TIMING = ("train_runtime", "update_time_share")  # lines or keys that measure time, not the run
-
-
-def comparable(entries: list[dict]) -> list[dict]:
-    """metrics.jsonl entries without what differs between two identical runs: timings and the
-    end-of-train summary (its loss averages the steps of one train() call only)."""
-    return [{k: v for k, v in e.items() if k not in TIMING} for e in entries if "train_runtime" not in e]
 
 
 def simulate_crash_after(out, step: int) -> None:
@@ -81,14 +73,16 @@ def test_a_finished_run_is_not_trained_further(saved_pair, data, tmp_path):
     assert json.loads((out / FINAL_STATE).read_text())["global_step"] == 4
     assert not (out / "checkpoint-5").exists()
     logged = [json.loads(line) for line in files[out / METRICS_FILE].decode().splitlines()]
-    assert comparable(read_metrics(out)) == comparable(logged)
+    assert reproducible(read_metrics(out)) == reproducible(logged)
 
 
 def test_overwrite_starts_over_and_keeps_other_files(saved_pair, data, tmp_path):
     out = tmp_path / "run"
     main(cli_argv(*saved_pair, data, out, "--max_steps", "4"))
     (out / "stream.json").write_text("[]")  # not the run's: kept
-    main(cli_argv(*saved_pair, data, out, "--max_steps", "2", "--overwrite_output_dir", "True"))
+    # --overwrite_output_dir wins over `last` (a script passing `last` can be told to start over)
+    argv = cli_argv(*saved_pair, data, out, "--max_steps", "2", "--resume_from_checkpoint", "last")
+    main([*argv, "--overwrite_output_dir", "True"])
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
     assert [m["step"] for m in read_metrics(out) if "loss" in m] == [1, 2]
     assert (out / "stream.json").read_text() == "[]"
@@ -101,12 +95,12 @@ def test_offline_resume_is_identical_for_every_sample_source(saved_pair, data, t
     argv = cli_argv(*saved_pair, data, out, "--max_steps", "4", "--sample_source", source,
                     "--sample_temperature", "1.0", "--resume_from_checkpoint", "last")  # fmt: skip
     main(argv)
-    whole, metrics = load_file(out / "model.safetensors"), comparable(read_metrics(out))
+    whole, metrics = load_file(out / "model.safetensors"), reproducible(read_metrics(out))
     simulate_crash_after(out, 2)
     main(argv)
     for name, tensor in load_file(out / "model.safetensors").items():
         torch.testing.assert_close(tensor, whole[name], rtol=0, atol=0)
-    assert comparable(read_metrics(out)) == metrics
+    assert reproducible(read_metrics(out)) == metrics
 
 
 def test_torn_checkpoints_are_skipped_and_the_run_resumes(saved_pair, data, tmp_path, caplog):
@@ -114,7 +108,7 @@ def test_torn_checkpoints_are_skipped_and_the_run_resumes(saved_pair, data, tmp_
     argv = cli_argv(*saved_pair, data, out, "--mode", "online", "--max_steps", "6",
                     "--resume_from_checkpoint", "last", batch_size=1)  # fmt: skip
     main(argv)
-    whole, metrics = load_file(out / "model.safetensors"), comparable(read_metrics(out))
+    whole, metrics = load_file(out / "model.safetensors"), reproducible(read_metrics(out))
     # killed while checkpoint-6 was written (still in the staging folder, a file cut short), and a
     # checkpoint-5 written in place by an older version, its buffer empty
     (out / STAGING_DIR).mkdir()
@@ -131,7 +125,7 @@ def test_torn_checkpoints_are_skipped_and_the_run_resumes(saved_pair, data, tmp_
     assert any("checkpoint-5 is incomplete" in m for m in skipped)
     for name, tensor in load_file(out / "model.safetensors").items():
         torch.testing.assert_close(tensor, whole[name], rtol=0, atol=0)
-    assert comparable(read_metrics(out)) == metrics
+    assert reproducible(read_metrics(out)) == metrics
     assert not (out / STAGING_DIR).exists()  # cleaned by the next commit
 
 
@@ -140,10 +134,10 @@ def test_a_restart_before_the_first_checkpoint_starts_metrics_over(saved_pair, d
     argv = cli_argv(*saved_pair, data, out, "--max_steps", "2", "--save_strategy", "no",
                     "--resume_from_checkpoint", "last")  # fmt: skip
     main(argv)
-    expected = comparable(read_metrics(out))
+    expected = reproducible(read_metrics(out))
     simulate_crash_after(out, 0)  # no checkpoint at all: the rerun starts from step 0
     main(argv)
-    assert comparable(read_metrics(out)) == expected
+    assert reproducible(read_metrics(out)) == expected
 
 
 def test_a_torn_last_metrics_line_is_ignored_with_a_warning(tmp_path, caplog):
