@@ -54,9 +54,9 @@ RUN_OUTPUTS = (
 TRAJECTORY_FLAGS = (
     "seed", "data_seed", "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
     "max_grad_norm", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "bf16", "fp16",
+    "gradient_accumulation_steps", "bf16", "fp16", "optim",
 )  # fmt: skip
-NOT_IDENTITY = ("eval_on_start", "remove_unused_columns", "overwrite_output_dir")
+NOT_IDENTITY = ("overwrite_output_dir",)
 
 
 class CheckpointError(ValueError):

@@ -1,7 +1,7 @@
 """DistillTrainer: `transformers.Trainer` that distils the student (draft) from a frozen teacher (target).
 
-What it changes in Trainer, and nothing else (optimizers, schedulers, bf16/tf32, checkpointing,
-accelerate/DeepSpeed and `report_to` are inherited):
+What it changes in Trainer, and nothing else (optimizers, schedulers, bf16/tf32, what a checkpoint
+holds, accelerate/DeepSpeed and `report_to` are inherited):
 - `get_batch_samples`: turns each collated micro-batch of prompts into a training batch whose
   response tokens come from `--sample_source` (generation happens here, before the forward
   passes, so the number of response tokens of the whole optimizer step is known), and counts
@@ -10,7 +10,10 @@ accelerate/DeepSpeed and `report_to` are inherited):
   tokens only, summed and divided by `num_items_in_batch` (so gradient accumulation gives the
   same update as one big batch);
 - `evaluate`: the acceptance rate of speculative decoding with the student as draft (osd.spec),
-  not a loss. With `eval_on_start` (default on) it also runs before the first step: "Standard" SD.
+  not a loss. With `eval_on_start` (default on) it also runs before the first step: "Standard" SD;
+- checkpoints: written to a staging folder with the sampling generator's state and committed
+  atomically (osd.distill.run_dir); `train` resumes only complete ones, takes `True`/`'last'` for
+  the newest, and restores (does not train) a checkpoint already at max_steps.
 
 Limits: the student generates its samples unsharded (DDP and device_map teachers work; DeepSpeed
 ZeRO-3 would need its parameters gathered for generation). Every process measures alpha on the
