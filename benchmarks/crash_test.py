@@ -9,11 +9,12 @@ Two runs on the tiny demo pair (osd/demo/models/tiny) and the first records of d
 split: online (a checkpoint every 4 queries, an update every 2) and offline (`mix_token` sampled at
 temperature 0.7, so the sampling generator matters; a checkpoint every 3 steps, alpha every 6).
 Each trial starts one of them from an empty folder and kills it --kills_per_trial times, each kill
-either at a random moment (0.3-1.0 times the uninterrupted run's wall time after the start; a
-process that finishes first is not killed) or a random 0-50 ms into the 1st or 2nd checkpoint write
-of that process (its staging folder appeared); every rerun is the same command with `--resume_from_checkpoint last`.
-Once a run has finished it is rerun once more, which must change nothing. Trials alternate
-between the two runs until --kills kills were made. Writes {out}/results.json and table.md.
+either at a random moment (0.2-0.7 times the uninterrupted run's wall time after the start; a
+process that finishes first is not killed) or a random 0-50 ms into the 1st or 2nd checkpoint
+write of that process (its staging folder appeared). Every launch is the same command, with
+`--resume_from_checkpoint last`. Once a run has finished it is rerun once more, which must change
+nothing. Trials alternate between the two runs until --kills kills were made. Writes
+{out}/results.json and table.md (machine paths made repo-relative).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def launch(
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     offset = log.stat().st_size if log.exists() else 0
     start, since, writes = time.monotonic(), time.time(), set()
-    result: dict = {"killed": None}
+    result: dict = {"planned": kill, "killed": None}
     with log.open("a") as f:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
         while proc.poll() is None:
@@ -121,7 +122,7 @@ def launch(
                     "torn_checkpoint": torn[-1] if torn else None,
                 }
                 break
-            time.sleep(0.001)
+            time.sleep(0.0005)
     if result["killed"] is None:
         result |= {"rc": proc.returncode, "wall_s": round(time.monotonic() - start, 1)}
     with log.open() as f:
@@ -153,7 +154,7 @@ def trial(
     launches = []
     for i in range(kills + 1):
         kill = None if i == kills else rng.choice(["random", "checkpoint"])
-        launches.append(launch(cmd, out, log, kill, rng.uniform(0.3, 1.0) * ref_wall, rng.randint(1, 2)))
+        launches.append(launch(cmd, out, log, kill, rng.uniform(0.2, 0.7) * ref_wall, rng.randint(1, 2)))
         if launches[-1]["killed"] is None:  # finished (or failed) before its kill
             break
     finished = launches[-1]
@@ -184,9 +185,9 @@ def markdown(results: dict) -> str:
         f"{t['resumes']} reruns of the same command, {t['identical']}/{t['trials']} trials ending with weights "
         "and metrics identical to the uninterrupted run (and unchanged by one more rerun).",
         "",
-        "| trial | run | kills (at s: random / during checkpoint write) | torn checkpoints | weights identical "
-        "| metrics identical | rerun after finish unchanged |",
-        "|---|---|---|---|---|---|---|",
+        "| trial | run | launches | kills (at s: random / during checkpoint write) | torn checkpoints "
+        "| weights identical | metrics identical | rerun after finish unchanged |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(results["trials"], 1):
         kills = [launch for launch in r["launches"] if launch["killed"]]
@@ -194,7 +195,8 @@ def markdown(results: dict) -> str:
             f"{k['at_s']} {'ckpt' if k['killed'] == 'checkpoint' else 'rand'}" for k in kills
         )
         torn = ", ".join(k["torn_checkpoint"] for k in kills if k["torn_checkpoint"]) or "-"
-        lines.append(f"| {i} | {r['run']} | {described} | {torn} | {r.get('weights_identical')} "
+        described = described or "none (finished before its planned kill)"
+        lines.append(f"| {i} | {r['run']} | {len(r['launches'])} | {described} | {torn} | {r.get('weights_identical')} "
                      f"| {r.get('metrics_identical')} | {r.get('rerun_after_finish_unchanged')} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 

@@ -33,10 +33,11 @@ therefore count queries, not updates.
 
 Resume. A checkpoint also holds `online_state.json` (the per-query alpha history, what is logged,
 update counts and timings) and `online_buffer.pt` (the buffered queries), committed together with
-Trainer's own files (osd.distill.run_dir), so `--resume_from_checkpoint` continues exactly where the
-run stopped: Trainer restores the draft, optimizer, scheduler and step, and skips the queries already served (the stream is read
-in order); this module restores the alpha history and the buffer, so a resumed run logs the same
-metrics as an uninterrupted one (the metrics callback drops entries logged after the checkpoint).
+Trainer's own files (osd.distill.run_dir), so `--resume_from_checkpoint` continues exactly where
+the run stopped: Trainer restores the draft, optimizer, scheduler and step, and skips the queries
+already served (the stream is read in order); this module restores the alpha history and the
+buffer, so a resumed run logs the same metrics as an uninterrupted one (the metrics callback drops
+entries logged after the checkpoint).
 """
 
 from __future__ import annotations
