@@ -2,7 +2,7 @@
 then rerun with the same command until they finish; the final weights and metrics must equal an
 uninterrupted run's.
 
-    python -m benchmarks.crash_test                       # 24 kills, about 15 CPU minutes
+    python -m benchmarks.crash_test                       # 24 kills: 14 minutes on a busy 2-core machine
     python -m benchmarks.crash_test --kills 40 --seed 1
 
 Two runs on the tiny demo pair (osd/demo/models/tiny) and the first records of data/local's sql
