@@ -213,6 +213,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--work_dir", default="outputs/crash_test", help="run folders and logs (deleted first)"
     )
+    parser.add_argument(
+        "--keep_runs",
+        action="store_true",
+        help="keep the run folders (about 2 GB of checkpoints), not only logs",
+    )
     parser.add_argument("--out", default="benchmarks/results/crash_test", help="results.json and table.md")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -260,6 +265,9 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "table.md").write_text(markdown(results))
+    if not args.keep_runs:
+        for folder in (p for p in work.iterdir() if p.is_dir()):
+            shutil.rmtree(folder)
     print(markdown(results))
     return results
 
