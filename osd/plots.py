@@ -13,7 +13,6 @@ the datasets of the stream (from the records' `dataset` field, in stream order),
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
 from osd.conversations import load_conversations  # noqa: E402
-from osd.distill.callbacks import METRICS_FILE  # noqa: E402
+from osd.distill.callbacks import METRICS_FILE, read_jsonl  # noqa: E402
 
 Series = tuple[list[float], list[float]]  # x = queries served, y = alpha
 
@@ -32,8 +31,7 @@ Series = tuple[list[float], list[float]]  # x = queries served, y = alpha
 def read_log(path: str | Path) -> list[dict]:
     """The entries of a metrics.jsonl file, or of `{path}/metrics.jsonl` for a run folder."""
     path = Path(path)
-    path = path / METRICS_FILE if path.is_dir() else path
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_jsonl(path / METRICS_FILE if path.is_dir() else path)
 
 
 def alpha_series(entries: Sequence[dict], key: str = "alpha") -> Series:

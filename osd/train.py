@@ -9,14 +9,16 @@ Usage (real models, as the paper; see bash_scripts/*/offline.sh):
 Usage (embedded demo pair, CPU, no downloads): bash bash_scripts/demo/offline.sh runs/demo student forward
 
 Every `transformers.TrainingArguments` flag works too, and so do the reference's command lines
-(osd.distill.reference_flags maps its renamed and T5-only flags). Training resumes from the last
-`checkpoint-*` in --output_dir, or from --resume_from_checkpoint.
+(osd.distill.reference_flags maps its renamed and T5-only flags). An --output_dir that holds a run
+is refused unless --resume_from_checkpoint (a checkpoint, or `last` for the newest complete one) or
+--overwrite_output_dir (start over) is given: see osd.distill.run_dir.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 
 import torch
 from transformers import (
@@ -28,13 +30,13 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.reference_flags import parse_cli
+from osd.distill.run_dir import final_eval, plan_run, run_identity
 from osd.distill.trainer import DistillTrainer
 from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths
 
@@ -89,6 +91,29 @@ def load_models(
     return tokenizer, student, teacher
 
 
+def dataset_loader(
+    data_args: DataArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    student: PreTrainedModel,
+    teacher: PreTrainedModel,
+    max_new_tokens: int,
+) -> Callable[[str, int | None], ConversationDataset]:
+    """A reader of conversation files for this run: --model_max_length fitted to the models' context
+    (prompts leave room for max_new_tokens), --source_prefix before every query."""
+    data_args.model_max_length, prompt_limit = fit_lengths(
+        data_args.model_max_length, max_new_tokens, student, teacher
+    )
+    is_enc_dec = bool(student.config.is_encoder_decoder)
+
+    def dataset(path: str, max_samples: int | None = None) -> ConversationDataset:
+        return ConversationDataset(
+            path, tokenizer, data_args.model_max_length, is_enc_dec, max_samples, prompt_limit,
+            query_prefix=data_args.source_prefix,
+        )  # fmt: skip
+
+    return dataset
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments))
@@ -98,24 +123,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if data_args.data_path is None:
         raise ValueError("--data_path is required")
     setup_wandb(training_args.report_to)
+    identity = run_identity(model_args, data_args, training_args)
+    plan = plan_run(
+        training_args.output_dir,
+        training_args.resume_from_checkpoint,
+        training_args.overwrite_output_dir,
+        identity,
+    )  # refuses before the models are loaded
 
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
-    data_args.model_max_length, prompt_limit = fit_lengths(
-        data_args.model_max_length, training_args.max_new_tokens, student, teacher
-    )
-
-    def dataset(path: str, max_samples: int | None = None) -> ConversationDataset:
-        return ConversationDataset(
-            path,
-            tokenizer,
-            data_args.model_max_length,
-            is_enc_dec,
-            max_samples,
-            prompt_limit,
-            data_args.source_prefix,
-        )
-
+    dataset = dataset_loader(data_args, tokenizer, student, teacher, training_args.max_new_tokens)
     train_dataset = dataset(data_args.data_path, data_args.max_train_samples)
     eval_dataset = (
         dataset(data_args.eval_data_path, data_args.max_eval_samples) if data_args.eval_data_path else None
@@ -140,24 +158,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         eval_dataset=eval_dataset,
         data_collator=collator,
         processing_class=tokenizer,
+        run_identity=identity,
     )
-    checkpoint = training_args.resume_from_checkpoint
-    if checkpoint is None and training_args.output_dir:
-        try:
-            checkpoint = get_last_checkpoint(training_args.output_dir)
-        except FileNotFoundError:
-            checkpoint = None
-    if checkpoint is not None:
-        logger.info("resuming from %s", checkpoint)
-    trainer.train(resume_from_checkpoint=checkpoint)
+    if plan.is_finished(trainer.planned_max_steps()):
+        return final_eval(plan.finished["log_history"], plan.finished["global_step"])
+    plan.begin(training_args.should_save)
+    if plan.checkpoint is not None:
+        logger.info("resuming from %s", plan.checkpoint.path)
+    trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
     trainer.save_model()
-    trainer.save_state()
-    if eval_dataset is None or training_args.mode != "offline":
-        return {}
-    evals = [h for h in trainer.state.log_history if "eval_alpha" in h]
-    if evals and evals[-1]["step"] == trainer.state.global_step:  # already measured at the last step
-        return evals[-1]
-    return trainer.evaluate()
+    metrics = {}
+    if eval_dataset is not None and training_args.mode == "offline":  # unless measured at the last step
+        metrics = final_eval(trainer.state.log_history, trainer.state.global_step) or trainer.evaluate()
+    trainer.save_state()  # last: its trainer_state.json marks the run finished
+    return metrics
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
 #   REPORT_TO=wandb bash bash_scripts/demo/offline.sh runs/demo teacher forward   # offline wandb without a key
 #
 # Arguments: {savepath} {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
+# Rerunning the same command into {savepath} does nothing once the run has finished (an interrupted
+# one starts over: it saves no checkpoint); other settings are refused: remove it, or use another one.
 # The "teacher" source trains on DATA's assistant turns; data/local holds the workload's reference
 # answers, so for the teacher's own answers (as the paper) write them first and point DATA at them:
 #   python data/generate_answer.py --filename data/local/sql_train.json --model osd/demo/models/target
@@ -41,4 +43,4 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
     --output_dir "$SAVEPATH" --max_steps "$MAX_STEPS" --per_device_train_batch_size "$BATCH_SIZE" \
     --eval_strategy no --save_strategy no --learning_rate "$LR" --lr_scheduler_type constant \
     --model_max_length 256 --max_new_tokens "$MAX_NEW_TOKENS" --teacher_dtype bfloat16 --logging_steps 5 \
-    --report_to "$REPORT_TO" "${EXTRA[@]}"
+    --report_to "$REPORT_TO" --resume_from_checkpoint last "${EXTRA[@]}"

@@ -8,6 +8,8 @@
 #   PER_DOMAIN=200 UPDATE_INTERVAL=8 bash bash_scripts/demo/online.sh runs/demo_online_long teacher jsd
 #
 # Arguments: {savepath} [sample_source (ignored online)] [kl_method]
+# Rerunning the same command continues the run from its last checkpoint (or does nothing once it has
+# finished); other settings into the same {savepath} are refused: remove it, or use another one.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT, PYTHON, osd_extra_args
 
@@ -34,6 +36,7 @@ mkdir -p "$SAVEPATH"
     --teacher_dtype bfloat16 --draft_serving_dtype bfloat16 \
     --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
     --learning_rate "$LR" --lr_scheduler_type constant --weight_decay 0 --max_grad_norm 0 \
-    --save_strategy steps --save_steps 100 --logging_steps 20 --use_cpu True --report_to none
+    --save_strategy steps --save_steps 100 --logging_steps 20 --use_cpu True --report_to none \
+    --resume_from_checkpoint last
 "$PYTHON" -m osd.plots "$SAVEPATH/metrics.jsonl" --label online --stream "$STREAM" --out "$SAVEPATH/alpha.png" \
     --window 20 --title "SmolLM2-135M target, online, update every $UPDATE_INTERVAL"

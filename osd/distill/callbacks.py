@@ -14,19 +14,24 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+TIMING_KEYS = ("update_time_share",)  # measured time in online entries
 WANDB_HOST = "api.wandb.ai"
 
 
 class MetricsJsonlCallback(TrainerCallback):
     """Appends `{"step", "epoch", **logs}` to `{output_dir}/metrics.jsonl` at every log, flushed per line.
 
-    On resume (training begins at global_step > 0) lines with a step beyond the resumed step are
-    dropped first: they belong to the interrupted run after its last checkpoint and will be logged
-    again, so nothing is duplicated.
+    The file always matches the run: a fresh start (global_step 0) truncates it; a resume keeps the
+    `resume_lines` lines written before its checkpoint was saved (set by the trainer from the
+    checkpoint; without it, the lines up to the resumed step), so what the interrupted run logged
+    after its checkpoint (and a line torn by a crash) is dropped and nothing is duplicated.
+    `lines` counts the lines of the file: a checkpoint records it.
     """
 
     def __init__(self) -> None:
         self._file: IO[str] | None = None
+        self.lines = 0
+        self.resume_lines: int | None = None
 
     def _open(self, args: TrainingArguments) -> IO[str]:
         if self._file is None:
@@ -35,23 +40,29 @@ class MetricsJsonlCallback(TrainerCallback):
             self._file = path.open("a", encoding="utf-8")
         return self._file
 
+    def restart(self, args: TrainingArguments, global_step: int) -> None:
+        """Trim the file to the run resumed at global_step (0: a fresh start) and reopen it."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        path = Path(args.output_dir) / METRICS_FILE
+        kept: list[str] = []
+        if global_step > 0 and path.exists():
+            lines = path.read_text(encoding="utf-8").splitlines()
+            if self.resume_lines is not None:
+                kept = lines[: self.resume_lines]
+            else:
+                kept = [line for line in lines if _step_of(line) <= global_step]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        self.lines = len(kept)
+        self._open(args)
+
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
     ) -> None:
-        if not state.is_world_process_zero:
-            return
-        path = Path(args.output_dir) / METRICS_FILE
-        if state.global_step > 0 and path.exists():
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-            kept = [
-                line
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if _step_of(line) <= state.global_step
-            ]
-            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        self._open(args)
+        if state.is_world_process_zero:
+            self.restart(args, state.global_step)
 
     def on_log(
         self,
@@ -66,6 +77,7 @@ class MetricsJsonlCallback(TrainerCallback):
         f = self._open(args)
         f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, **logs}, default=float) + "\n")
         f.flush()
+        self.lines += 1
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
@@ -83,10 +95,33 @@ def _step_of(line: str) -> float:
         return float("inf")
 
 
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The entries of a JSON-lines file. A torn last line (a crash while it was written) is skipped
+    with a warning; an unreadable line elsewhere is an error naming the file and line."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    entries = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if number < len(lines):
+                raise ValueError(f"{path}, line {number}: not JSON ({e.msg}); the file is damaged") from None
+            logger.warning("%s, line %d: torn last line ignored (the run was interrupted)", path, number)
+    return entries
+
+
 def read_metrics(output_dir: str | Path) -> list[dict]:
     """All entries of `{output_dir}/metrics.jsonl`, in order."""
-    path = Path(output_dir) / METRICS_FILE
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_jsonl(Path(output_dir) / METRICS_FILE)
+
+
+def reproducible(entries: list[dict]) -> list[dict]:
+    """metrics.jsonl entries without what differs between two runs of one command: timings, and
+    Trainer's end-of-train summary (its train_loss averages the steps of the last train() call only)."""
+    return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in entries if "train_runtime" not in e]
 
 
 def _wandb_key_configured() -> bool:

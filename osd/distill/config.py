@@ -187,6 +187,13 @@ class DistillTrainingArguments(TrainingArguments):
             "copy between queries; the updated draft serves one query later than without it. Needs a spare core."
         },
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start over in a --output_dir that holds a run: its checkpoints, metrics.jsonl and model "
+            "are deleted first. (To continue it instead: --resume_from_checkpoint last.)"
+        },
+    )
     # Changed defaults. The reference trains with adamw_torch and without gradient clipping (it forced
     # max_grad_norm=0; here 0 is the default and a flag may set it); "Standard" speculative decoding is
     # measured before the first step; the collated batches carry prompt_ids and group names that

@@ -42,11 +42,12 @@ None: no moment update, no weight decay, the draft is unchanged. LR schedules (w
 therefore count steps, not updates.
 
 Resume. A checkpoint also holds `online_state.json` (the per-query alpha history, what is logged,
-update counts and timings) and `online_buffer.pt` (the buffered queries), written before Trainer's
-own files, so `--resume_from_checkpoint` continues exactly where the run stopped: Trainer restores
-the draft, optimizer, scheduler and step, and skips the queries already served (the stream is read
-in order); this module restores the alpha history and the buffer, so a resumed run logs the same
-metrics as an uninterrupted one (the metrics callback drops entries logged after the checkpoint).
+update counts and timings) and `online_buffer.pt` (the buffered queries), committed together with
+Trainer's own files (osd.distill.run_dir), so `--resume_from_checkpoint` continues exactly where
+the run stopped: Trainer restores the draft, optimizer, scheduler and step, and skips the queries
+already served (the stream is read in order); this module restores the alpha history and the
+buffer, so a resumed run logs the same metrics as an uninterrupted one (the metrics callback drops
+entries logged after the checkpoint).
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ import torch
 from torch import nn
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from osd.conversations import GROUP_FIELDS
 from osd.distill.data import pad
@@ -515,30 +515,21 @@ class OnlineDistillTrainer(DistillTrainer):
 
     # ---- checkpoint and resume --------------------------------------------------------------
 
-    def _save_checkpoint(self, model: nn.Module, trial) -> None:
-        # written before Trainer's own files: a checkpoint with trainer_state.json has them too
-        folder = Path(self._get_output_dir(trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+    def _save_run_state(self, folder: Path) -> None:
+        super()._save_run_state(folder)
         if self.args.should_save:
-            folder.mkdir(parents=True, exist_ok=True)
             (folder / ONLINE_STATE_NAME).write_text(json.dumps(self.online.to_json()))
             torch.save(
                 {k: [asdict(q) for q in b] for k, b in self.buffers.items()}, folder / ONLINE_BUFFER_NAME
             )
-        super()._save_checkpoint(model, trial)
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
-        """Trainer.train, plus the online state: fresh, or restored from the checkpoint resumed."""
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
-            if resume_from_checkpoint is None:
-                raise ValueError(
-                    f"--resume_from_checkpoint: no checkpoint-* folder in {self.args.output_dir}"
-                )
-        if resume_from_checkpoint:
-            self._load_online_state(Path(resume_from_checkpoint))
-        else:
+    def _load_run_state(self, folder: Path | None) -> None:
+        """DistillTrainer's, plus the online state: fresh, or restored from the checkpoint resumed."""
+        super()._load_run_state(folder)
+        if folder is None:
             self.online, self.buffers = OnlineState(), {}
-        return super().train(resume_from_checkpoint or None, *args, **kwargs)
+        else:
+            self._load_online_state(folder)
 
     def _load_online_state(self, folder: Path) -> None:
         state_file, buffer_file = folder / ONLINE_STATE_NAME, folder / ONLINE_BUFFER_NAME

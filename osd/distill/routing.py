@@ -39,9 +39,10 @@ from transformers.trainer import TRAINING_ARGS_NAME
 from osd.conversations import GROUP_FIELDS, record_groups
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
-from osd.distill.data import ConversationDataset, DistillCollator
+from osd.distill.data import DistillCollator
 from osd.distill.online import OnlineDistillTrainer
 from osd.distill.reference_flags import parse_cli
+from osd.distill.run_dir import plan_run, run_identity
 
 Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
 
@@ -157,7 +158,7 @@ class RoutingArguments:
 
 def main(argv: list[str] | None = None) -> None:
     """Online distillation with one draft per --route_by value, every draft starting from --student_model_path."""
-    from osd.train import load_models
+    from osd.train import dataset_loader, load_models
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments, RoutingArguments))
@@ -166,15 +167,12 @@ def main(argv: list[str] | None = None) -> None:
         raise ValueError("--teacher_model_path and --data_path (the stream) are required")
     setup_wandb(args.report_to)
     args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
+    identity = run_identity(model_args, data_args, args, route_by=routing.route_by, routes=routing.routes)
+    plan = plan_run(args.output_dir, args.resume_from_checkpoint, args.overwrite_output_dir, identity)
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
-    stream = ConversationDataset(
-        data_args.data_path,
-        tokenizer,
-        data_args.model_max_length,
-        is_enc_dec,
-        data_args.max_train_samples,
-        data_args.source_prefix,
+    stream = dataset_loader(data_args, tokenizer, student, teacher, args.max_new_tokens)(
+        data_args.data_path, data_args.max_train_samples
     )
     values = [record_groups(r).get(routing.route_by) for r in stream.records]
     routes = routing.routes or list(dict.fromkeys(v for v in values if v is not None))
@@ -193,10 +191,14 @@ def main(argv: list[str] | None = None) -> None:
             data_args.model_max_length,
         ),
         processing_class=tokenizer,
+        run_identity=identity,
     )
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    if plan.is_finished(trainer.planned_max_steps()):
+        return
+    plan.begin(args.should_save)
+    trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
     trainer.save_model()
-    trainer.save_state()
+    trainer.save_state()  # last: its trainer_state.json marks the run finished
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """DistillTrainer: `transformers.Trainer` that distils the student (draft) from a frozen teacher (target).
 
-What it changes in Trainer, and nothing else (optimizers, schedulers, bf16/tf32, checkpointing,
-accelerate/DeepSpeed and `report_to` are inherited):
+What it changes in Trainer, and nothing else (optimizers, schedulers, bf16/tf32, what a checkpoint
+holds, accelerate/DeepSpeed and `report_to` are inherited):
 - `get_batch_samples`: turns each collated micro-batch of prompts into a training batch whose
   response tokens come from `--sample_source` (generation happens here, before the forward
   passes, so the number of response tokens of the whole optimizer step is known), and counts
@@ -10,7 +10,10 @@ accelerate/DeepSpeed and `report_to` are inherited):
   tokens only, summed and divided by `num_items_in_batch` (so gradient accumulation gives the
   same update as one big batch);
 - `evaluate`: the acceptance rate of speculative decoding with the student as draft (osd.spec),
-  not a loss. With `eval_on_start` (default on) it also runs before the first step: "Standard" SD.
+  not a loss. With `eval_on_start` (default on) it also runs before the first step: "Standard" SD;
+- checkpoints: written to a staging folder with the sampling generator's state and committed
+  atomically (osd.distill.run_dir); `train` resumes only complete ones, takes `True`/`'last'` for
+  the newest, and restores (does not train) a checkpoint already at max_steps.
 
 Limits: the student generates its samples unsharded (DDP and device_map teachers work; DeepSpeed
 ZeRO-3 would need its parameters gathered for generation). Every process measures alpha on the
@@ -19,20 +22,35 @@ whole eval set.
 
 from __future__ import annotations
 
+import logging
+import math
+import shutil
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
+from torch import nn
 from torch.utils.data import Dataset
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
 from osd.conversations import GROUP_FIELDS
 from osd.distill.callbacks import MetricsJsonlCallback
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import make_train_batch, responses_from_labels, unpad
 from osd.distill.losses import get_divergence
+from osd.distill.run_dir import (
+    STAGING_DIR,
+    Checkpoint,
+    CheckpointError,
+    commit_checkpoint,
+    resolve_checkpoint,
+)
 from osd.distill.sources import SamplingConfig, sample_responses
 from osd.spec import AcceptanceStats, GammaPolicy, SpecOutput, SpeculativeDecoder
+
+logger = logging.getLogger(__name__)
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
 
@@ -67,9 +85,11 @@ class DistillTrainer(Trainer):
         model: PreTrainedModel,
         teacher_model: PreTrainedModel,
         args: DistillTrainingArguments,
+        run_identity: dict | None = None,
         **kwargs,
     ) -> None:
         super().__init__(model=model, args=args, **kwargs)
+        self.run_identity = run_identity or {}  # recorded in every checkpoint (osd.distill.run_dir)
         check_vocabularies(model, teacher_model, self.processing_class)
         self.teacher_model = teacher_model.eval().requires_grad_(False)
         if not getattr(teacher_model, "hf_device_map", None):
@@ -88,15 +108,49 @@ class DistillTrainer(Trainer):
         self.sample_generator = torch.Generator().manual_seed(args.seed)
         # --max_propose_num auto: one policy for every decoder, so that its alpha and costs carry over
         self.gamma_policy = GammaPolicy() if args.max_propose_num == "auto" else None
-        self.add_callback(MetricsJsonlCallback())
+        self.metrics = MetricsJsonlCallback()
+        self.add_callback(self.metrics)
+        self._staging: Path | None = None  # set while a checkpoint is being written
 
     # ---- training ---------------------------------------------------------------------------
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
-        if resume_from_checkpoint:
-            # "Standard" SD (eval_on_start) is the undistilled draft: a resumed run measured it already
-            self.args.eval_on_start = False
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        """Trainer.train from step 0, or from a complete checkpoint: a path, or True / 'last' / 'True'
+        for the newest complete one in --output_dir. A checkpoint already at max_steps is restored,
+        not trained further."""
+        checkpoint = resolve_checkpoint(self.args.output_dir, resume_from_checkpoint)
+        self._load_run_state(checkpoint.path if checkpoint else None)
+        if checkpoint is None:
+            self.metrics.resume_lines = None
+            return super().train(None, **kwargs)
+        # "Standard" SD (eval_on_start) is the undistilled draft: a resumed run measured it already
+        self.args.eval_on_start = False
+        self.metrics.resume_lines = checkpoint.metrics_lines
+        max_steps = self.planned_max_steps()
+        if checkpoint.global_step > max_steps:
+            raise CheckpointError(
+                f"{checkpoint.path} is at step {checkpoint.global_step}, past --max_steps {max_steps}: "
+                "resume from an earlier checkpoint, or pass --overwrite_output_dir to start over"
+            )
+        if checkpoint.global_step == max_steps:
+            return self._restore_finished(checkpoint)
+        return super().train(str(checkpoint.path), **kwargs)
+
+    def planned_max_steps(self) -> int:
+        """The step at which train() stops, as Trainer computes it from the flags and the data."""
+        return self.set_initial_training_values(self.args, self.get_train_dataloader())[-1]
+
+    def _restore_finished(self, checkpoint: Checkpoint) -> TrainOutput:
+        """The state of a run whose checkpoint is its last step (Trainer would train one step more)."""
+        logger.warning(
+            "%s is at max_steps %d: the run is finished, restored without training", checkpoint.path,
+            checkpoint.global_step,
+        )  # fmt: skip
+        self._load_from_checkpoint(str(checkpoint.path))
+        self.state = TrainerState.load_from_json(str(checkpoint.path / "trainer_state.json"))
+        if self.state.is_world_process_zero:
+            self.metrics.restart(self.args, self.state.global_step)
+        return TrainOutput(self.state.global_step, math.nan, {})
 
     def make_training_batch(self, batch: dict) -> dict:
         """Collated prompts (+ data-set answers) -> a training batch with `--sample_source` responses."""
@@ -185,6 +239,52 @@ class DistillTrainer(Trainer):
             outputs.logits, self.teacher_logits(inputs), inputs["loss_mask"], num_items_in_batch
         )
         return (loss, outputs) if return_outputs else loss
+
+    # ---- checkpoints: atomic, with the state that decides samples ---------------------------
+
+    def _save_checkpoint(self, model: nn.Module, trial) -> None:
+        """Trainer's checkpoint, written to incomplete/checkpoint-N with this trainer's own state,
+        then committed (manifest, fsync, rename to checkpoint-N) and older ones rotated."""
+        run_dir = Path(self._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged, final = run_dir / STAGING_DIR / name, run_dir / name
+        if self.args.should_save and staged.exists():
+            shutil.rmtree(staged)  # left by an interrupted write of the same step
+        self.accelerator.wait_for_everyone()
+        self._staging = staged.parent
+        try:
+            super()._save_checkpoint(model, trial)  # its run_dir is _get_output_dir(): the staging folder
+        finally:
+            self._staging = None
+        self._save_run_state(staged)
+        self.accelerator.wait_for_everyone()
+        if not self.args.should_save:
+            return
+        if self.state.best_model_checkpoint == str(staged):  # where it will be
+            self.state.best_model_checkpoint = str(final)
+            self.state.save_to_json(str(staged / "trainer_state.json"))
+        commit_checkpoint(staged, final, self.state.global_step, self.run_identity, self.metrics.lines)
+        shutil.rmtree(staged.parent, ignore_errors=True)  # and what interrupted writes left there
+        rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
+
+    def _get_output_dir(self, trial) -> str:
+        return str(self._staging) if self._staging is not None else super()._get_output_dir(trial)
+
+    def _rng_file(self, folder: Path) -> Path:
+        suffix = f"_{self.args.process_index}" if self.args.world_size > 1 else ""
+        return folder / f"sample_rng{suffix}.pt"
+
+    def _save_run_state(self, folder: Path) -> None:
+        """What a checkpoint needs besides Trainer's files: the sampling generator (mix_* sources, sampling)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.sample_generator.get_state(), self._rng_file(folder))
+
+    def _load_run_state(self, folder: Path | None) -> None:
+        """Restore what _save_run_state saved (None: a fresh start, re-seeded)."""
+        if folder is None:
+            self.sample_generator.manual_seed(self.args.seed)
+            return
+        self.sample_generator.set_state(torch.load(self._rng_file(folder), weights_only=True))
 
     # ---- evaluation: acceptance rate ---------------------------------------------------------
 

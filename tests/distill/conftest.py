@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from distill_fixtures import build_tokenizer, llama, t5, write_conversations
+from distill_fixtures import build_tokenizer, llama, save_pair, t5, write_conversations
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, T5ForConditionalGeneration
 
 
@@ -26,3 +26,9 @@ def t5_pair() -> tuple[T5ForConditionalGeneration, T5ForConditionalGeneration]:
 @pytest.fixture
 def conversation_file(tmp_path) -> str:
     return write_conversations(tmp_path / "train.json")
+
+
+@pytest.fixture
+def saved_pair(tmp_path) -> tuple[str, str]:
+    """(student, teacher) model folders, as `osd.train` loads them."""
+    return save_pair(tmp_path)

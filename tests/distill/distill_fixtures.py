@@ -99,3 +99,24 @@ def write_conversations(path, with_answers: bool = True, groups: bool = True) ->
         records.append(record)
     path.write_text(json.dumps(records))
     return str(path)
+
+
+def save_pair(folder) -> tuple[str, str]:
+    """(student, teacher) saved as model folders with the tokenizer, for `osd.train` on the command line."""
+    tokenizer = build_tokenizer()
+    paths = []
+    for name, model in (("student", llama(1, 16, seed=1)), ("teacher", llama(2, 32, seed=0))):
+        model.save_pretrained(folder / name)
+        tokenizer.save_pretrained(folder / name)
+        paths.append(str(folder / name))
+    return paths[0], paths[1]
+
+
+def cli_argv(student: str, teacher: str, data: str, out, *extra: str, batch_size: int = 3) -> list[str]:
+    """osd.train flags for a tiny run: alpha on 2 records, a checkpoint every 2 steps."""
+    return [
+        "--student_model_path", student, "--teacher_model_path", teacher, "--data_path", data,
+        "--eval_data_path", data, "--output_dir", str(out), "--report_to", "none", "--max_new_tokens", "6",
+        "--per_device_train_batch_size", str(batch_size), "--logging_steps", "1", "--save_steps", "2",
+        "--learning_rate", "1e-2", "--disable_tqdm", "True", "--max_eval_samples", "2", *extra,
+    ]  # fmt: skip

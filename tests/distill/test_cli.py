@@ -6,61 +6,42 @@ import json
 import math
 
 import pytest
-from distill_fixtures import build_tokenizer, llama, write_conversations
+from distill_fixtures import build_tokenizer, cli_argv, llama, write_conversations
 
 from osd.conversations import ConversationFormatError
 from osd.distill.callbacks import read_metrics
 from osd.train import main
 
 
-@pytest.fixture
-def saved_pair(tmp_path) -> tuple[str, str]:
-    tokenizer = build_tokenizer()
-    paths = []
-    for name, model in (("student", llama(1, 16, seed=1)), ("teacher", llama(2, 32, seed=0))):
-        model.save_pretrained(tmp_path / name)
-        tokenizer.save_pretrained(tmp_path / name)
-        paths.append(str(tmp_path / name))
-    return paths[0], paths[1]
-
-
-def _argv(student, teacher, data, out, *extra, batch_size: int = 3) -> list[str]:
-    return [
-        "--student_model_path", student, "--teacher_model_path", teacher, "--data_path", data,
-        "--eval_data_path", data, "--output_dir", str(out), "--report_to", "none", "--max_new_tokens", "6",
-        "--per_device_train_batch_size", str(batch_size), "--logging_steps", "1", "--save_steps", "2",
-        "--learning_rate", "1e-2", "--disable_tqdm", "True", "--max_eval_samples", "2", *extra,
-    ]  # fmt: skip
-
-
 def test_offline_run_resumes_without_duplicating_metrics(saved_pair, tmp_path):
     data = write_conversations(tmp_path / "d.json")
     out = tmp_path / "run"
-    argv = _argv(*saved_pair, data, out, "--sample_source", "mix_token", "--kl_method", "jsd")
+    argv = cli_argv(*saved_pair, data, out, "--sample_source", "mix_token", "--kl_method", "jsd")
     first = main([*argv, "--max_steps", "2"])
     assert (out / "checkpoint-2").is_dir() and 0 <= first["eval_alpha"] <= 1
-    main([*argv, "--max_steps", "4"])  # picks up checkpoint-2 on its own
+    main([*argv, "--max_steps", "4", "--resume_from_checkpoint", "last"])  # continues from checkpoint-2
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4]
     loss_steps = [m["step"] for m in read_metrics(out) if "loss" in m]
     assert loss_steps == [1, 2, 3, 4]  # steps 1-2 from the first run, 3-4 from the resumed one
-    # Standard at step 0 once (not again on resume), the final alphas of both runs
-    assert [m["step"] for m in read_metrics(out) if "eval_alpha" in m] == [0, 2, 4]
+    # Standard at step 0 once (not again on resume); the first run's final alpha was measured after
+    # checkpoint-2 was saved, so it is dropped: the file is what one run of 4 steps writes
+    assert [m["step"] for m in read_metrics(out) if "eval_alpha" in m] == [0, 4]
 
 
 def test_bad_flag_value_names_the_flag(saved_pair, tmp_path):
     data = write_conversations(tmp_path / "d.json")
     with pytest.raises(ValueError, match="--kl_method"):
-        main(_argv(*saved_pair, data, tmp_path / "o", "--kl_method", "kl"))
+        main(cli_argv(*saved_pair, data, tmp_path / "o", "--kl_method", "kl"))
     with pytest.raises(ValueError, match="--sample_source"):
-        main(_argv(*saved_pair, data, tmp_path / "o", "--sample_source", "teachers"))
+        main(cli_argv(*saved_pair, data, tmp_path / "o", "--sample_source", "teachers"))
 
 
 def test_malformed_record_names_file_and_index(saved_pair, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"conversation": [{"role": "user", "content": "hi"}]}, {"conversation": []}]))
     with pytest.raises(ConversationFormatError, match=r"bad\.json, record 1"):
-        main(_argv(*saved_pair, str(bad), tmp_path / "o"))
+        main(cli_argv(*saved_pair, str(bad), tmp_path / "o"))
 
 
 def test_vocabulary_mismatch_is_a_clear_error(saved_pair, tmp_path):
@@ -71,7 +52,7 @@ def test_vocabulary_mismatch_is_a_clear_error(saved_pair, tmp_path):
     build_tokenizer().save_pretrained(tmp_path / "other")
     data = write_conversations(tmp_path / "d.json")
     with pytest.raises(ValueError, match="vocab_size"):
-        main(_argv(student, str(tmp_path / "other"), data, tmp_path / "o"))
+        main(cli_argv(student, str(tmp_path / "other"), data, tmp_path / "o"))
 
 
 def test_online_mode_dispatches_to_the_online_trainer(saved_pair, tmp_path, monkeypatch):
@@ -86,20 +67,27 @@ def test_online_mode_dispatches_to_the_online_trainer(saved_pair, tmp_path, monk
 
     monkeypatch.setattr(online.OnlineDistillTrainer, "__init__", spy)
     data = write_conversations(tmp_path / "d.json")
-    main(_argv(*saved_pair, data, tmp_path / "online", "--mode", "online", "--max_steps", "2", batch_size=1))
+    main(
+        cli_argv(*saved_pair, data, tmp_path / "online", "--mode", "online", "--max_steps", "2", batch_size=1)
+    )
     assert used == ["OnlineDistillTrainer"]
 
 
 def test_max_propose_num_auto_serves_and_evaluates(saved_pair, tmp_path):
     """--max_propose_num auto: the trainer's alpha evaluation and online serving use one GammaPolicy."""
     data = write_conversations(tmp_path / "d.json")
-    result = main(_argv(*saved_pair, data, tmp_path / "off", "--max_propose_num", "auto", "--max_steps", "1"))
+    result = main(
+        cli_argv(*saved_pair, data, tmp_path / "off", "--max_propose_num", "auto", "--max_steps", "1")
+    )
     # tiny models cost about the same, so the policy may not draft at all: alpha is then undefined (nan)
     assert result["eval_tokens_per_step"] >= 1.0
     assert math.isnan(result["eval_alpha"]) or 0 <= result["eval_alpha"] <= 1
     online = ["--mode", "online", "--per_device_train_batch_size", "1", "--online_eval_interval", "1"]
     main(
-        [*_argv(*saved_pair, data, tmp_path / "on", "--max_propose_num", "auto", "--max_steps", "2"), *online]
+        [
+            *cli_argv(*saved_pair, data, tmp_path / "on", "--max_propose_num", "auto", "--max_steps", "2"),
+            *online,
+        ]
     )
     entries = [m for m in read_metrics(tmp_path / "on") if "alpha_window" in m]
     assert [m["queries"] for m in entries] == [1, 2]

@@ -344,12 +344,19 @@ def test_routing_cli_runs_one_draft_per_field_value(tmp_path):
         model.save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
     stream = write_stream(tmp_path / "stream.json", 4, datasets=("a", "b"))
-    main(["--student_model_path", str(tmp_path / "draft"), "--teacher_model_path", str(tmp_path / "teacher"),
-          "--data_path", stream, "--output_dir", str(tmp_path / "run"), "--route_by", "dataset",
-          "--per_device_train_batch_size", "1", "--num_train_epochs", "1", "--max_new_tokens", "8", "--max_propose_num", "3",
-          "--online_eval_interval", "1", "--report_to", "none", "--use_cpu", "True", "--save_strategy", "no"])  # fmt: skip
+    argv = ["--student_model_path", str(tmp_path / "draft"), "--teacher_model_path", str(tmp_path / "teacher"),
+            "--data_path", stream, "--output_dir", str(tmp_path / "run"), "--route_by", "dataset",
+            "--per_device_train_batch_size", "1", "--num_train_epochs", "1", "--max_new_tokens", "8", "--max_propose_num", "3",
+            "--online_eval_interval", "1", "--report_to", "none", "--use_cpu", "True", "--save_strategy", "no"]  # fmt: skip
+    main(argv)
     assert {p.name for p in (tmp_path / "run").iterdir() if (p / "config.json").exists()} == {"a", "b"}
     assert [e["queries"] for e in online_entries(tmp_path / "run")] == [1, 2, 3, 4]
+    # the same --output_dir policy as osd.train: refused as it is, a no-op once finished
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="already holds a run"):
+        main(argv)
+    main([*argv, "--resume_from_checkpoint", "last"])
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == metrics
 
 
 def test_bf16_serving_copy_follows_the_float32_student(tmp_path):

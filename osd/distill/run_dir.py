@@ -1,0 +1,332 @@
+"""A run's output folder: what it holds, atomic checkpoints, the run's identity, and the resume policy.
+
+A run writes into --output_dir: `checkpoint-N` folders, `metrics.jsonl`, `run.json` (the identity
+of the run that owns the folder), the final model, and last `trainer_state.json` (the run finished).
+
+Checkpoints are written to `incomplete/checkpoint-N` and renamed to `checkpoint-N` once every file
+is on disk, with a manifest `osd_checkpoint.json` (files and sizes, step, identity, metrics lines)
+written last: a `checkpoint-N` folder is complete, and resume takes the newest complete one.
+
+Policy (`plan_run`, before any model is loaded):
+- a folder that holds run outputs is refused unless --resume_from_checkpoint or --overwrite_output_dir;
+- --overwrite_output_dir deletes the previous run's outputs (other files, e.g. a stream, are kept);
+  it wins over `--resume_from_checkpoint last` (scripts that pass `last` can be told to start over);
+- --resume_from_checkpoint PATH resumes from that checkpoint; `last` (or `True`) from the newest
+  complete checkpoint of --output_dir, or from step 0 when none was written yet;
+- resuming requires the identity (models, data digests, method flags) the folder and checkpoint
+  recorded, else it is refused with the differences;
+- a finished run (final trainer_state.json at step == max_steps) is not trained further.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainingArguments
+
+from osd.distill.callbacks import METRICS_FILE
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "osd_checkpoint.json"
+RUN_FILE = "run.json"
+STAGING_DIR = "incomplete"  # checkpoints being written: {output_dir}/incomplete/checkpoint-N
+FINAL_STATE = "trainer_state.json"  # written last by osd.train: the run finished
+LAST = ("last", "true")  # --resume_from_checkpoint values meaning "the newest complete checkpoint"
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+# what Trainer and osd.train write at the top of --output_dir (model, tokenizer, state, metrics)
+RUN_OUTPUTS = (
+    "checkpoint-*", STAGING_DIR, METRICS_FILE, RUN_FILE, FINAL_STATE, "training_args.bin", "config.json",
+    "generation_config.json", "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
+    "tokenizer*", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "vocab.json",
+    "merges.txt", "spiece.model", "*_results.json",
+)  # fmt: skip
+# TrainingArguments that shape the trained weights (DistillTrainingArguments' own flags all count)
+TRAJECTORY_FLAGS = (
+    "seed", "data_seed", "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+    "max_grad_norm", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "bf16", "fp16", "optim",
+)  # fmt: skip
+NOT_IDENTITY = ("overwrite_output_dir",)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed (incomplete, torn, or another run's)."""
+
+
+# ---- identity ------------------------------------------------------------------------------------
+
+
+def file_digest(path: str | Path, flag: str) -> str:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--{flag} {path}: no such file")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _model_ref(path: str | None) -> str | None:
+    """A local model folder by its absolute path (the same from any directory), else the hub name."""
+    return str(Path(path).resolve()) if path is not None and Path(path).exists() else path
+
+
+def run_identity(model_args: Any, data_args: Any, training_args: TrainingArguments, **extra: Any) -> dict:
+    """What must not change between a run and its resume: models, data contents, method flags."""
+    own = {f.name for f in dataclasses.fields(training_args)} - {
+        f.name for f in dataclasses.fields(TrainingArguments)
+    }
+    flags = sorted((own | set(TRAJECTORY_FLAGS)) - set(NOT_IDENTITY))
+    identity = {
+        "student_model_path": _model_ref(model_args.student_model_path),
+        "teacher_model_path": _model_ref(model_args.teacher_model_path),
+        "student_dtype": model_args.student_dtype,
+        "teacher_dtype": model_args.teacher_dtype,
+        "data_path": file_digest(data_args.data_path, "data_path"),
+        "eval_data_path": (
+            file_digest(data_args.eval_data_path, "eval_data_path") if data_args.eval_data_path else None
+        ),
+        "model_max_length": data_args.model_max_length,
+        "max_eval_samples": data_args.max_eval_samples,
+        **{flag: getattr(training_args, flag) for flag in flags if hasattr(training_args, flag)},
+        **extra,
+    }
+    return json.loads(json.dumps(identity, default=str))  # as it reads back from a manifest
+
+
+def identity_diff(recorded: dict, current: dict) -> list[str]:
+    """One line per flag whose value differs: `--flag: recorded -> current`."""
+    missing = "(not recorded)"
+    return [
+        f"  --{key}: {recorded.get(key, missing)!r} -> {current.get(key, missing)!r}"
+        for key in sorted(recorded.keys() | current.keys())
+        if recorded.get(key, missing) != current.get(key, missing)
+    ]
+
+
+def check_identity(recorded: dict, current: dict, source: Path) -> None:
+    diff = identity_diff(recorded, current)
+    if diff:
+        raise CheckpointError(
+            f"{source} was written by a run with other settings (recorded -> this command):\n"
+            + "\n".join(diff)
+            + "\nRerun with the recorded flags and files to resume it, pass --overwrite_output_dir to start "
+            "over, or use another --output_dir."
+        )
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    global_step: int
+    identity: dict
+    metrics_lines: int  # lines of metrics.jsonl written when the checkpoint was saved
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """A complete checkpoint (its manifest and every file it lists, at the listed size), else CheckpointError."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"--resume_from_checkpoint {path}: no such folder")
+    try:
+        manifest = json.loads((path / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{path} is incomplete: no {MANIFEST_NAME} (interrupted while written, or by an older version)"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path} is incomplete: {MANIFEST_NAME} is torn") from None
+    for name, size in manifest["files"].items():
+        file = path / name
+        if not file.is_file() or file.stat().st_size != size:
+            raise CheckpointError(f"{path} is incomplete: {name} is missing or not {size} bytes")
+    return Checkpoint(path, manifest["global_step"], manifest["identity"], manifest["metrics_lines"])
+
+
+def _checkpoint_dirs(output_dir: Path) -> list[Path]:
+    """checkpoint-N folders of output_dir, newest step first."""
+    found = [(int(m[1]), p) for p in output_dir.glob("checkpoint-*") if (m := CHECKPOINT_RE.match(p.name))]
+    return [p for _, p in sorted(found, reverse=True) if p.is_dir()]
+
+
+def newest_complete_checkpoint(output_dir: str | Path) -> Checkpoint | None:
+    """The complete checkpoint with the highest step; logs every incomplete one it skips."""
+    output_dir = Path(output_dir)
+    for staged in sorted((output_dir / STAGING_DIR).glob("checkpoint-*")):
+        logger.warning("skipping %s: incomplete (its write was interrupted)", staged)
+    for path in _checkpoint_dirs(output_dir):
+        try:
+            return read_checkpoint(path)
+        except CheckpointError as e:
+            logger.warning("skipping %s", e)
+    return None
+
+
+def resolve_checkpoint(output_dir: str | Path, value: str | bool | None) -> Checkpoint | None:
+    """--resume_from_checkpoint: None/False -> None; True, 'last', 'True' -> the newest complete
+    checkpoint of output_dir (an error when there is none); otherwise the complete checkpoint at that path."""
+    if value is None or value is False:
+        return None
+    if value is True or str(value).lower() in LAST:
+        checkpoint = newest_complete_checkpoint(output_dir)
+        if checkpoint is None:
+            raise CheckpointError(f"--resume_from_checkpoint {value}: no complete checkpoint in {output_dir}")
+        return checkpoint
+    return read_checkpoint(value)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*"), key=lambda p: -len(p.parts)) + [folder]:  # files before dirs
+        _fsync(path)
+
+
+def commit_checkpoint(
+    staged: Path, final: Path, global_step: int, identity: dict, metrics_lines: int
+) -> None:
+    """Write the manifest into the fully written `staged` folder, flush it to disk, rename it to `final`."""
+    files = {str(p.relative_to(staged)): p.stat().st_size for p in sorted(staged.rglob("*")) if p.is_file()}
+    manifest = {
+        "global_step": global_step,
+        "files": files,
+        "identity": identity,
+        "metrics_lines": metrics_lines,
+    }
+    (staged / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    _fsync_tree(staged)
+    if final.exists():  # a checkpoint of a discarded continuation (resumed from an earlier one)
+        shutil.rmtree(final)
+    os.replace(staged, final)
+    _fsync(final.parent)  # the rename itself
+
+
+# ---- the output folder ---------------------------------------------------------------------------
+
+
+def run_outputs(output_dir: str | Path) -> list[Path]:
+    """What earlier runs wrote at the top of output_dir (saved model subfolders included)."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = {p for pattern in RUN_OUTPUTS for p in output_dir.glob(pattern)}
+    found |= {p for p in output_dir.iterdir() if p.is_dir() and (p / "config.json").is_file()}
+    return sorted(found)
+
+
+def remove_run_outputs(output_dir: str | Path) -> None:
+    for path in run_outputs(output_dir):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        logger.info("removed %s", path)
+
+
+def _read_json(path: Path) -> dict | None:
+    """A JSON file's content; None when it is missing or torn."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def final_eval(log_history: list[dict], step: int) -> dict[str, float]:
+    """The eval metrics logged at `step`, if any (the run's final acceptance rate)."""
+    evals = [h for h in log_history if "eval_alpha" in h]
+    if not evals or evals[-1]["step"] != step:
+        return {}
+    return {k: v for k, v in evals[-1].items() if k != "step"}  # as evaluate() returns them
+
+
+@dataclass
+class RunPlan:
+    """What a run does with its --output_dir: resume `checkpoint`, or start from step 0 (None)."""
+
+    output_dir: Path
+    identity: dict
+    checkpoint: Checkpoint | None = None
+    finished: dict | None = None  # the final trainer_state.json of a run that ended in this folder
+
+    def is_finished(self, max_steps: int) -> bool:
+        """The folder holds this run, finished at max_steps: nothing is left to do."""
+        if self.finished is None or self.finished.get("global_step") != max_steps:
+            return False
+        logger.warning(
+            "%s holds a finished run (step %d = max_steps): nothing to train. Pass a larger --max_steps "
+            "to continue it, or --overwrite_output_dir to start over.",
+            self.output_dir,
+            max_steps,
+        )
+        return True
+
+    def begin(self, is_main_process: bool = True) -> None:
+        """Before training: a start from step 0 removes what an older run left (a resume only its
+        final state, written again at the end); then run.json records this run's identity."""
+        if not is_main_process:
+            return
+        if self.checkpoint is None:
+            remove_run_outputs(self.output_dir)
+        else:
+            (self.output_dir / FINAL_STATE).unlink(missing_ok=True)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.output_dir / f".{RUN_FILE}.tmp"
+        tmp.write_text(json.dumps(self.identity, indent=1), encoding="utf-8")
+        os.replace(tmp, self.output_dir / RUN_FILE)
+
+
+def plan_run(output_dir: str | Path, resume: str | None, overwrite: bool, identity: dict) -> RunPlan:
+    """The resume policy (module docstring) for one command; raises CheckpointError / ValueError to refuse."""
+    out = Path(output_dir)
+    if resume and overwrite and str(resume).lower() not in LAST:
+        raise ValueError(
+            f"--resume_from_checkpoint {resume} continues that checkpoint, --overwrite_output_dir starts "
+            "over: pass one of them"
+        )
+    outputs = run_outputs(out)
+    if overwrite:
+        return RunPlan(out, identity)
+    if not resume:
+        if outputs:
+            names = ", ".join(p.name for p in outputs[:6]) + (", ..." if len(outputs) > 6 else "")
+            raise ValueError(
+                f"--output_dir {out} already holds a run ({names}). Pass --resume_from_checkpoint last to "
+                "continue it, --overwrite_output_dir to start over, or use another --output_dir."
+            )
+        return RunPlan(out, identity)
+    recorded = _read_json(out / RUN_FILE)
+    if recorded is not None:
+        check_identity(recorded, identity, out / RUN_FILE)
+    if str(resume).lower() in LAST:
+        checkpoint = newest_complete_checkpoint(out)
+        if checkpoint is None and _checkpoint_dirs(out):
+            raise CheckpointError(
+                f"--resume_from_checkpoint {resume}: no complete checkpoint in {out}, only incomplete ones "
+                f"({', '.join(p.name for p in _checkpoint_dirs(out))}); remove them or pass --overwrite_output_dir"
+            )
+        if checkpoint is None and outputs:
+            logger.warning("no complete checkpoint in %s: this run starts from step 0", out)
+    else:
+        checkpoint = read_checkpoint(resume)
+    if checkpoint is not None:
+        check_identity(checkpoint.identity, identity, checkpoint.path)
+    finished = _read_json(out / FINAL_STATE)
+    if finished is not None and checkpoint is not None and checkpoint.global_step > finished["global_step"]:
+        finished = None  # checkpoints past the end of an earlier, shorter run
+    return RunPlan(out, identity, checkpoint, finished)
