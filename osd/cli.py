@@ -25,6 +25,7 @@ from pathlib import Path
 import huggingface_hub.constants
 from transformers import HfArgumentParser, TrainingArguments
 
+from osd.conversations import GROUP_FIELDS
 from osd.distill.config import (
     DTYPES,
     MODES,
@@ -49,10 +50,11 @@ CHOICES: dict[str, Sequence[str]] = {
     "kl_method": sorted(DIVERGENCES),
     "online_loss_positions": ONLINE_LOSS_POSITIONS,
     "draft_serving_dtype": DTYPES[1:],
+    "route_by": GROUP_FIELDS,
 }
 USAGE = (
-    "python -m osd.train --teacher_model_path T --student_model_path S --data_path DATA "
-    "--output_dir DIR [--mode {offline,online}] [flags]"
+    "python -m {prog} --teacher_model_path T --student_model_path S --data_path DATA "
+    "--output_dir DIR [--mode {{offline,online}}] [flags]"
 )
 DESCRIPTION = (
     "Distil a draft (student) model from a target (teacher), offline or online. The project's flags "
@@ -66,19 +68,20 @@ def _own_training_fields() -> set[str]:
     return {f.name for f in fields(DistillTrainingArguments)} - {f.name for f in fields(TrainingArguments)}
 
 
-def build_parser() -> HfArgumentParser:
-    """The parser of the three dataclasses, its flags regrouped: models, data, distillation, then
-    TrainingArguments (help and choices as in `--help`)."""
+def build_parser(extra: Sequence[type] = (), prog: str = "osd.train") -> HfArgumentParser:
+    """The parser of the three dataclasses (then `extra` ones, a group each), its flags regrouped:
+    models, data, distillation, `extra`, then TrainingArguments (help and choices as in `--help`)."""
     parser = HfArgumentParser(
-        (ModelArguments, DataArguments, DistillTrainingArguments),
-        prog="osd.train",
-        usage=USAGE,
+        (ModelArguments, DataArguments, DistillTrainingArguments, *extra),
+        prog=prog,
+        usage=USAGE.format(prog=prog),
         description=DESCRIPTION,
     )
     groups = [
         (parser.add_argument_group("models"), {f.name for f in fields(ModelArguments)}),
         (parser.add_argument_group("data"), {f.name for f in fields(DataArguments)}),
         (parser.add_argument_group("distillation (osd)"), _own_training_fields()),
+        *((parser.add_argument_group(cls.__name__), {f.name for f in fields(cls)}) for cls in extra),
     ]
     hf_group = parser.add_argument_group(
         "transformers.TrainingArguments", "(defaults changed here: optim, max_grad_norm, eval_on_start)"
@@ -98,20 +101,18 @@ def build_parser() -> HfArgumentParser:
     return parser
 
 
-def parse_train_args(
-    argv: Sequence[str],
-) -> tuple[ModelArguments, DataArguments, DistillTrainingArguments]:
-    """osd.train's dataclasses from `argv`; a bad command line exits with a usage error (status 2).
-
-    Then, when a model is a hub name, `go_offline_if_unreachable`.
+def parse_train_args(argv: Sequence[str], extra: Sequence[type] = (), prog: str = "osd.train") -> tuple:
+    """(ModelArguments, DataArguments, DistillTrainingArguments, *extra) from `argv`; a bad command
+    line exits with a usage error (status 2). Then, when a model is a hub name, `go_offline_if_unreachable`.
     """
-    parser = build_parser()
+    parser = build_parser(extra, prog)
     try:
-        model_args, data_args, training_args = parse_cli(parser, argv)
+        parsed = parse_cli(parser, argv)
     except ValueError as e:  # a flag's value refused by a dataclass or by the reference-flag translation
         parser.error(str(e))
+    model_args = parsed[0]
     go_offline_if_unreachable([model_args.student_model_path, model_args.teacher_model_path])
-    return model_args, data_args, training_args
+    return parsed
 
 
 def hub_reachable(timeout: float = HUB_CHECK_TIMEOUT_S) -> bool:

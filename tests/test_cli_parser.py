@@ -99,3 +99,16 @@ def test_explicit_hf_hub_offline_is_left_alone(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(cli, "hub_reachable", lambda: pytest.fail("checked the hub despite HF_HUB_OFFLINE"))
     assert not cli.go_offline_if_unreachable(["org/name"])
+
+
+def test_routing_flags_are_a_group_of_their_own() -> None:
+    from osd.distill.routing import RoutingArguments
+
+    text = cli.build_parser((RoutingArguments,), "osd.distill.routing").format_help()
+    assert text.startswith("usage: python -m osd.distill.routing ")
+    assert (
+        text.index("\ndistillation (osd):")
+        < text.index("\nRoutingArguments:")
+        < text.index("\ntransformers.")
+    )
+    assert "--route_by {dataset,topic,language}" in text
