@@ -203,7 +203,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
     args = parser.parse_args(argv)
     missing = [f for f in args.files if not Path(f).is_file()]
     if missing:  # an unmatched shell glob arrives as the pattern itself
-        parser.error(f"no such file: {' '.join(missing)} (write them with llamacpp_patches/run.py or demo.sh)")
+        parser.error(
+            f"no such file: {' '.join(missing)} (write them with llamacpp_patches/run.py or demo.sh)"
+        )
     rows = summarize([x for f in args.files for x in load_lines(f)])
     if not rows:
         parser.error(f"no speculative lines in {' '.join(args.files)}: nothing to compare")
