@@ -1,4 +1,5 @@
-"""The command line of `osd.train` (`osd-train`): grouped flags, listed choices, usage errors, hub check.
+"""The command line of `osd.train` (`osd-train`) and `osd.distill.routing`: grouped flags, listed
+choices, usage errors, hub check.
 
 `python -m osd.train --help` lists the project's flags first, in three groups (models, data,
 distillation), then every `transformers.TrainingArguments` flag. A flag with a fixed set of values
@@ -7,8 +8,8 @@ is an argparse usage error (message and exit status 2), never a traceback.
 
 Hub names are loaded from the local cache without waiting when the hub cannot be reached:
 `go_offline_if_unreachable` tries the hub once (HEAD, `HUB_CHECK_TIMEOUT_S`) and, when that fails,
-switches huggingface_hub to offline mode (`HF_HUB_OFFLINE=1`), which otherwise retries every file
-for minutes before it falls back to the cache. An explicit `HF_HUB_OFFLINE` (0 or 1) is left alone.
+switches huggingface_hub to offline mode (`HF_HUB_OFFLINE=1`); otherwise it retries each request 5
+times (23 s of back-off) before it falls back to the cache. An explicit `HF_HUB_OFFLINE` (0 or 1) is left alone.
 """
 
 from __future__ import annotations
