@@ -69,6 +69,12 @@ def _own_training_fields() -> set[str]:
     return {f.name for f in fields(DistillTrainingArguments)} - {f.name for f in fields(TrainingArguments)}
 
 
+def _changed_defaults() -> list[str]:
+    """TrainingArguments flags whose default DistillTrainingArguments changes."""
+    hf = {f.name: f.default for f in fields(TrainingArguments)}
+    return [f.name for f in fields(DistillTrainingArguments) if f.name in hf and f.default != hf[f.name]]
+
+
 def build_parser(extra: Sequence[type] = (), prog: str = "osd.train") -> HfArgumentParser:
     """The parser of the three dataclasses (then `extra` ones, a group each), its flags regrouped:
     models, data, distillation, `extra`, then TrainingArguments (help and choices as in `--help`)."""
@@ -85,7 +91,7 @@ def build_parser(extra: Sequence[type] = (), prog: str = "osd.train") -> HfArgum
         *((parser.add_argument_group(cls.__name__), {f.name for f in fields(cls)}) for cls in extra),
     ]
     hf_group = parser.add_argument_group(
-        "transformers.TrainingArguments", "(defaults changed here: optim, max_grad_norm, eval_on_start)"
+        "transformers.TrainingArguments", f"(defaults changed here: {', '.join(_changed_defaults())})"
     )
     for action in list(parser._optionals._group_actions):
         if action.dest == "help":
