@@ -4,9 +4,11 @@
 # are converted from their HF folders.
 #   bash llamacpp_patches/demo.sh                                   # distilled: outputs/online_demo/draft
 #   bash llamacpp_patches/demo.sh path/to/distilled_draft           # any HF folder of a distilled draft
-#   LIMIT=5 N=64 GAMMA=3 TYPE=q8_0 bash llamacpp_patches/demo.sh
+#   LIMIT=10 N=128 GAMMA=2 TYPE=q8_0 bash llamacpp_patches/demo.sh
 # Builds llama-osd-stream if needed, converts the drafts to GGUF, serves LIMIT queries of every
-# data/local/*_eval.json with each draft, and prints the measured vs Eq. 2 table.
+# data/local/*_eval.json with each draft, and prints the measured vs Eq. 2 table of this run's files
+# only (OUT may hold older runs). The defaults are the setting of the recorded gamma-1 table
+# (llamacpp_patches/results/demo_v2_cpu/table_g1.txt): 5 queries per domain, 64 tokens, -c 1024.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
@@ -17,8 +19,8 @@ DATA=("$ROOT"/data/local/*_eval.json)
 WORK="$ROOT/llamacpp_patches/work"
 BIN="$WORK/llama.cpp/build/bin/llama-osd-stream"
 OUT="${OUT:-$ROOT/runs/llamacpp/demo}"
-LIMIT="${LIMIT:-10}"
-N="${N:-128}"
+LIMIT="${LIMIT:-5}"
+N="${N:-64}"
 GAMMA="${GAMMA:-1}"
 TYPE="${TYPE:-f16}"
 THREADS="${THREADS:-1}"
@@ -53,9 +55,11 @@ else
     echo "no distilled draft at $DISTILLED: measuring the standard draft only"
 fi
 
+REPORTED=()
 for D in "${DRAFTS[@]}"; do
+    REPORTED+=("$OUT/$D.jsonl")
     "$PYTHON" -m llamacpp_patches.run --target_gguf "$TARGET_GGUF" \
         --draft_gguf "$WORK/gguf/demo-$D-$TYPE.gguf" --tokenizer_path "$TARGET" --data_path "${DATA[@]}" \
         --limit "$LIMIT" --max_new_tokens "$N" --gamma "$GAMMA" --threads "$THREADS" --ctx_size "$CTX" --out_dir "$OUT" --label "$D"
 done
-"$PYTHON" -m llamacpp_patches.report "$OUT"/*.jsonl --json "$OUT/summary.json"
+"$PYTHON" -m llamacpp_patches.report "${REPORTED[@]}" --json "$OUT/summary.json"

@@ -192,14 +192,23 @@ def format_table(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m llamacpp_patches.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "files", nargs="+", help="llama-osd-stream JSONL outputs (speculative and baseline runs)"
     )
     parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
+    missing = [f for f in args.files if not Path(f).is_file()]
+    if missing:  # an unmatched shell glob arrives as the pattern itself
+        parser.error(
+            f"no such file: {' '.join(missing)} (write them with llamacpp_patches/run.py or demo.sh)"
+        )
     rows = summarize([x for f in args.files for x in load_lines(f)])
+    if not rows:
+        parser.error(f"no speculative lines in {' '.join(args.files)}: nothing to compare")
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n", encoding="utf-8")

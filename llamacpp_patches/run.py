@@ -2,7 +2,7 @@
 
     python -m llamacpp_patches.run --target_gguf "$(python -c 'from osd.demo.target import gguf_path; print(gguf_path())')" \
         --draft_gguf llamacpp_patches/work/gguf/draft-f16.gguf --tokenizer_path osd/demo/models/target \
-        --data_path data/local/sql_eval.json data/local/math_eval.json --limit 10 --label standard
+        --data_path data/local/sql_eval.json data/local/math_eval.json --limit 5 --label standard
     python -m llamacpp_patches.report runs/llamacpp/*.jsonl     # the table again, over several runs
 
 Writes, under --out_dir: `{label}_queries.json` (the served records) and `{label}.jsonl` (per query:
@@ -55,7 +55,13 @@ class StreamArgs:
         default=1,
         metadata={"help": "-t / -tb: CPU threads (1 on a shared 2-core box, where 2 threads spin-wait)"},
     )
-    ctx_size: int = field(default=2048, metadata={"help": "-c: context size of both models"})
+    ctx_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "-c: context size of both models; default: what serving needs, the longest prompt "
+            "+ --max_new_tokens + --gamma + 1"
+        },
+    )
     binary: str = field(
         default=DEFAULT_BINARY, metadata={"help": "the llama-osd-stream executable (build.sh)"}
     )
@@ -92,6 +98,12 @@ def collect_queries(paths: list[str], limit: int) -> list[dict]:
     return records
 
 
+def needed_context(prompt_lengths: list[int], max_new_tokens: int, gamma: int) -> int:
+    """Positions serving uses at most: the longest prompt, the new tokens, and a last verification
+    pass of gamma draft tokens plus one."""
+    return max(prompt_lengths) + max_new_tokens + gamma + 1
+
+
 def check_prompt_ids(lines: list[dict], records: list[dict], tokenizer) -> list[str]:
     """Ids of the queries whose llama.cpp prompt ids differ from osd.prompting.encode_prompt."""
     return [
@@ -126,6 +138,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{{query}} slot; use --prompt_source ids"
         )
 
+    if args.ctx_size is None:
+        lengths = [len(encode_prompt(tokenizer, user_query(r))) for r in records]
+        args.ctx_size = needed_context(lengths, args.max_new_tokens, args.gamma)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = out_dir / f"{args.label}_queries.json"

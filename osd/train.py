@@ -26,16 +26,15 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
-    HfArgumentParser,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
+from osd.cli import parse_train_args
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.callbacks import setup_wandb
-from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
+from osd.distill.config import DataArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
-from osd.distill.reference_flags import parse_cli
 from osd.distill.run_dir import final_eval, plan_run, run_identity
 from osd.distill.trainer import DistillTrainer
 from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths
@@ -116,12 +115,7 @@ def dataset_loader(
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments))
-    model_args, data_args, training_args = parse_cli(parser, sys.argv[1:] if argv is None else argv)
-    if model_args.teacher_model_path is None:
-        raise ValueError("--teacher_model_path is required")
-    if data_args.data_path is None:
-        raise ValueError("--data_path is required")
+    model_args, data_args, training_args = parse_train_args(sys.argv[1:] if argv is None else argv)
     setup_wandb(training_args.report_to)
     identity = run_identity(model_args, data_args, training_args)
     plan = plan_run(

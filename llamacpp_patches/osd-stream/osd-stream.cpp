@@ -11,22 +11,7 @@
 // verification step also yields one target token (the correction or the bonus token), so a step
 // produces accepted + 1 tokens. Greedy: every token is an exact argmax (first index on ties).
 //
-//   llama-osd-stream -m target.gguf -md draft.gguf --spec-draft-n-max 5 -n 128 -t 2 -c 2048
-//       --osd-data data/local/gsm8k_eval.json --osd-limit 20 --osd-mode both
-//       --osd-template "... USER: {query} ASSISTANT:" --osd-out runs/gsm8k.jsonl
-//   llama-osd-stream -m draft.gguf -n 128 -t 2 --osd-mode baseline ...   # draft-only, for c
-//
-// Own flags (everything else is a common llama.cpp flag):
-//   --osd-data FILE      conversation JSON (a list of records) or JSONL; the query is the first user turn;
-//                        a record's "prompt_ids" (token ids), when present, are served instead of the template
-//   --osd-out FILE       JSONL output, one line per (query, mode), flushed after every query
-//   --osd-limit N        serve the first N records only (default: all)
-//   --osd-mode M         baseline | speculative | both (default). both: per query, target-only, then
-//                        draft-only (for c), then speculative, so all three see the same machine load
-//   --osd-template STR   prompt template with exactly one {query} (default: FastChat vicuna_v1.1, the
-//                        template of osd/prompting.py); llamacpp_patches/run.py passes the HF tokenizer's
-//   --osd-dump-ids       also write prompt_ids and output_ids (to check tokenization and greedy equality)
-//   --osd-no-warmup      skip the untimed warm-up pass over the first query
+// Usage and own flags: OSD_USAGE below (`llama-osd-stream --help` prints it after the common flags).
 
 #include "arg.h"
 #include "common.h"
@@ -47,6 +32,30 @@
 #include <vector>
 
 using json = nlohmann::ordered_json;
+
+static const char * OSD_USAGE = R"(
+llama-osd-stream: greedy target-only and speculative decoding over the queries of a file.
+
+  llama-osd-stream -m target.gguf -md draft.gguf --spec-draft-n-max 5 -n 128 -t 1 -c 1024 \
+      --osd-data data/local/sql_eval.json --osd-limit 5 --osd-mode both --osd-out runs/sql.jsonl
+  llama-osd-stream -m draft.gguf -n 128 -t 1 --osd-mode baseline --osd-data ... --osd-out ...   # a model alone
+
+Own flags (every other flag above is a common llama.cpp flag):
+  --osd-data FILE      conversation JSON (a list of records) or JSONL; the query is the first user turn;
+                       a record's "prompt_ids" (token ids), when present, are served instead of the template
+  --osd-out FILE       JSONL output, one line per (query, mode), flushed after every query
+  --osd-limit N        serve the first N records only (default: all)
+  --osd-mode M         baseline | speculative | both (default). both: per query, target-only, then
+                       draft-only (for c), then speculative, so all three see the same machine load
+  --osd-template STR   prompt template with exactly one {query} (default: FastChat vicuna_v1.1, the
+                       template of osd/prompting.py); llamacpp_patches/run.py passes the HF tokenizer's
+  --osd-dump-ids       also write prompt_ids and output_ids (to check tokenization and greedy equality)
+  --osd-no-warmup      skip the untimed warm-up pass over the first query
+)";
+
+static void print_osd_usage(int /*argc*/, char ** /*argv*/) {
+    printf("%s", OSD_USAGE);
+}
 
 static const char * VICUNA_TEMPLATE =
     "A chat between a curious user and an artificial intelligence assistant. "
@@ -86,10 +95,12 @@ struct osd_result {
 // Take our --osd-* flags out of argv, leaving the rest for common_params_parse.
 static osd_args take_osd_args(int & argc, char ** argv) {
     osd_args a;
+    bool help = false; // left in argv: common_params_parse prints the usage and exits
     int kept = 1;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg.rfind("--osd-", 0) != 0) {
+            help = help || arg == "-h" || arg == "--help" || arg == "--usage";
             argv[kept++] = argv[i];
             continue;
         }
@@ -113,8 +124,11 @@ static osd_args take_osd_args(int & argc, char ** argv) {
         else { throw std::invalid_argument("unknown flag " + arg); }
     }
     argc = kept;
+    if (help) {
+        return a;
+    }
     if (a.data.empty() || a.out.empty()) {
-        throw std::invalid_argument("--osd-data FILE and --osd-out FILE are required");
+        throw std::invalid_argument("--osd-data FILE and --osd-out FILE are required (--help lists every flag)");
     }
     if (a.mode != "baseline" && a.mode != "speculative" && a.mode != "both") {
         throw std::invalid_argument("--osd-mode must be baseline, speculative or both, got '" + a.mode + "'");
@@ -424,7 +438,7 @@ static int run(int argc, char ** argv) {
 
     common_params params;
     common_init();
-    if (!common_params_parse(argc, argv, params, LLAMA_EXAMPLE_SPECULATIVE)) {
+    if (!common_params_parse(argc, argv, params, LLAMA_EXAMPLE_SPECULATIVE, print_osd_usage)) {
         return 1;
     }
     if (params.n_predict < 1) {

@@ -14,7 +14,11 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
-TIMING_KEYS = ("update_time_share", "background_update_share", "serve_time_s")  # measured time in online entries
+TIMING_KEYS = (
+    "update_time_share",
+    "background_update_share",
+    "serve_time_s",
+)  # measured time in online entries
 WANDB_HOST = "api.wandb.ai"
 
 

@@ -33,15 +33,14 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import HfArgumentParser, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.trainer import TRAINING_ARGS_NAME
 
+from osd.cli import parse_train_args
 from osd.conversations import GROUP_FIELDS, record_groups
 from osd.distill.callbacks import setup_wandb
-from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import DistillCollator
 from osd.distill.online import OnlineDistillTrainer
-from osd.distill.reference_flags import parse_cli
 from osd.distill.run_dir import plan_run, run_identity
 
 Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
@@ -161,10 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     from osd.train import dataset_loader, load_models
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = HfArgumentParser((ModelArguments, DataArguments, DistillTrainingArguments, RoutingArguments))
-    model_args, data_args, args, routing = parse_cli(parser, sys.argv[1:] if argv is None else argv)
-    if model_args.teacher_model_path is None or data_args.data_path is None:
-        raise ValueError("--teacher_model_path and --data_path (the stream) are required")
+    model_args, data_args, args, routing = parse_train_args(
+        sys.argv[1:] if argv is None else argv, (RoutingArguments,), "osd.distill.routing"
+    )
     setup_wandb(args.report_to)
     args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
     identity = run_identity(model_args, data_args, args, route_by=routing.route_by, routes=routing.routes)
