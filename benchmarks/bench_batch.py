@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
-from torch.utils import benchmark
 
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup_measured_verify
@@ -28,14 +30,19 @@ from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, load_demo_pair, repo
 from osd.distill.data import pad
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
-from osd.spec.timing import step_time
+from osd.spec.timing import step_time, synchronize
+
+T = TypeVar("T")
 
 
-def seconds(fn) -> float:
-    """One timed call (a decode takes seconds: repeats would only multiply the run time)."""
-    return (
-        benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()).timeit(1).mean
-    )
+def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
+    """(fn(), seconds) of one call. Not torch.utils.benchmark.Timer.timeit: it runs its statement
+    twice more as warm-up, which triples a multi-second decode (the warm-up is done once, above)."""
+    synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    return result, time.perf_counter() - start
 
 
 def main() -> None:
@@ -69,7 +76,8 @@ def main() -> None:
     for b in args.batch_sizes:
         batches = [pad(prompts[i : i + b], tok.pad_token_id, "left") for i in range(0, len(prompts), b)]
         base = sum(
-            seconds(lambda ids=ids, m=m: target.generate(ids, attention_mask=m, **hf)) for ids, m in batches
+            timed(lambda ids=ids, m=m: target.generate(ids, attention_mask=m, **hf), target.device)[1]
+            for ids, m in batches
         )
         t_target = step_time(target, batch=b, reps=5, rounds=2)
         c = step_time(draft, batch=b, reps=5, rounds=2) / t_target
@@ -77,15 +85,14 @@ def main() -> None:
             decoder = SpeculativeDecoder(draft, target, gamma=gamma if gamma == "auto" else int(gamma))
             if decoder.policy is not None:  # measured once per batch size, outside the timed runs
                 decoder.policy.measure_costs(draft, target, b)
-            outs = []
-            spec = sum(
-                seconds(
-                    lambda ids=ids, m=m, o=outs, d=decoder: o.extend(
-                        d.generate_batch(ids, m, max_new_tokens=n)
-                    )
+            runs = [
+                timed(
+                    lambda ids=ids, m=m, d=decoder: d.generate_batch(ids, m, max_new_tokens=n), target.device
                 )
                 for ids, m in batches
-            )
+            ]
+            outs = [o for batch_outs, _ in runs for o in batch_outs]
+            spec = sum(seconds for _, seconds in runs)
             tokens = sum(o.generated_ids.shape[1] for o in outs)
             proposed = sum(o.num_proposed for o in outs)
             steps = sum(len(o.accepted_lengths) for o in outs)
@@ -103,6 +110,7 @@ def main() -> None:
                     "measured / Eq. 2": row["speedup"] / predicted,
                 }
             rows.append(row)
+            print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
     header = list(dict.fromkeys(k for r in rows for k in r))
     table = "| " + " | ".join(header) + " |\n|" + "---|" * len(header)
     for r in rows:

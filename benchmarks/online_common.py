@@ -145,7 +145,9 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
 
 
 def save_results(out_dir: Path, results: dict, table: str) -> None:
-    """results.json and table.md in out_dir; the table is printed too."""
+    """results.json (with the command that wrote it) and table.md in out_dir; the table is printed too."""
+    module = Path(sys.argv[0]).stem
+    results = {"command": " ".join([f"python -m benchmarks.{module}", *sys.argv[1:]]), **results}
     (out_dir / "results.json").write_text(json.dumps(repo_relative(results), indent=1))
     (out_dir / "table.md").write_text(table + "\n")
     print(table)
