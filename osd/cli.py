@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
@@ -152,10 +153,16 @@ def go_offline_if_unreachable(model_paths: Iterable[str | None]) -> bool:
 
 def _exit_status_zero(module: str) -> Callable[[], int]:
     """A console-script target running `module.main()` with exit status 0: the mains return their
-    metrics, which `sys.exit` would print and turn into status 1."""
+    metrics, which `sys.exit` would print and turn into status 1. A refusal (ValueError or
+    FileNotFoundError: a used --output_dir, a bad data file, a missing model...) is printed as one
+    error line, exit status 1, without a traceback."""
 
     def run() -> int:
-        importlib.import_module(module).main()
+        try:
+            importlib.import_module(module).main()
+        except (ValueError, FileNotFoundError) as e:
+            print(f"{module}: error: {e}", file=sys.stderr)
+            return 1
         return 0
 
     return run

@@ -169,4 +169,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from osd.cli import train
+
+    sys.exit(train())  # refusals as one error line, exit status 1

@@ -101,3 +101,19 @@ def test_bad_max_propose_num_names_the_flag(value, tmp_path):
     with pytest.raises(ValueError, match="--max_propose_num"):
         DistillTrainingArguments(output_dir=str(tmp_path), max_propose_num=value)
     assert DistillTrainingArguments(output_dir=str(tmp_path), max_propose_num="3").max_propose_num == 3
+
+
+def test_refusal_is_one_error_line_without_traceback(saved_pair, tmp_path):
+    """`python -m osd.train` into a used --output_dir: exit status 1 and the reason, no traceback."""
+    import subprocess
+    import sys
+
+    data = write_conversations(tmp_path / "d.json")
+    argv = cli_argv(*saved_pair, data, tmp_path / "run", "--max_steps", "1", "--eval_on_start", "False")
+    main(argv)
+    done = subprocess.run(
+        [sys.executable, "-m", "osd.train", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "osd.train: error:" in done.stderr and "--overwrite_output_dir" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -81,3 +81,15 @@ def test_bad_gamma_values_are_refused():
         SpeculativeDecoder(target, target, gamma="fast")
     with pytest.raises(ValueError, match="needs gamma='auto'"):
         SpeculativeDecoder(target, target, gamma=3, policy=GammaPolicy())
+
+
+def test_shrinking_batch_reuses_the_measured_costs():
+    """Rows finish at different steps; the policy must not stop to measure every smaller batch."""
+    target, draft = tiny_model("llama", layers=2), tiny_model("llama", layers=1)
+    policy = GammaPolicy(max_gamma=2, context=8)
+    policy.measure_costs(draft, target, batch=4)
+    for batch in (4, 3, 2, 1):
+        policy.choose(draft, target, batch)
+    assert list(policy.costs) == [4]
+    policy.choose(draft, target, 6)  # a larger batch than any measured is measured
+    assert sorted(policy.costs) == [4, 6]
