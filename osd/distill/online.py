@@ -312,9 +312,8 @@ class OnlineDistillTrainer(DistillTrainer):
         and distil on a draft's buffer once it holds --online_update_interval queries."""
         queries = self._queries(inputs)  # B x ([1, T_i] prompt, groups)
         routes = [self._route(model, ids, groups) for ids, groups in queries]  # B x (key, draft)
-        serving = {
-            key: self._serving_draft(key, draft) for key, draft in routes
-        }  # before a background update
+        # the serving copies are refreshed before a background update starts on the drafts
+        serving = {key: self._serving_draft(key, draft) for key, draft in routes}
         background = self._start_due_updates() if self.args.online_background_update else None
         outs = self._serve_routes(serving, [key for key, _ in routes], [ids for ids, _ in queries])
         for out, (_, groups) in zip(outs, queries, strict=True):
