@@ -101,11 +101,13 @@ def write_conversations(path, with_answers: bool = True, groups: bool = True) ->
     return str(path)
 
 
-def save_pair(folder) -> tuple[str, str]:
-    """(student, teacher) saved as model folders with the tokenizer, for `osd.train` on the command line."""
+def save_pair(folder, build=None) -> tuple[str, str]:
+    """(student, teacher) saved as model folders with the tokenizer, for `osd.train` on the command line;
+    `build(layers, width, seed)` makes each model (default `llama`; `t5` for an encoder-decoder pair)."""
+    build = build or llama
     tokenizer = build_tokenizer()
     paths = []
-    for name, model in (("student", llama(1, 16, seed=1)), ("teacher", llama(2, 32, seed=0))):
+    for name, model in (("student", build(1, 16, seed=1)), ("teacher", build(2, 32, seed=0))):
         model.save_pretrained(folder / name)
         tokenizer.save_pretrained(folder / name)
         paths.append(str(folder / name))

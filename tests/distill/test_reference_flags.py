@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from distill_fixtures import build_tokenizer, llama, t5, write_conversations
+from distill_fixtures import build_tokenizer, llama, save_pair, t5, write_conversations
 from transformers import HfArgumentParser
 
 from osd.distill import reference_flags
@@ -194,16 +194,6 @@ def test_max_train_samples_and_source_prefix_reach_the_training_set(tmp_path, mo
     item = data.ConversationDataset(path, build_tokenizer(), 64, query_prefix="Q: ")[0]
     plain = data.ConversationDataset(path, build_tokenizer(), 64)[0]
     assert len(item["prompt_ids"]) > len(plain["prompt_ids"])
-
-
-def save_pair(tmp_path: Path, build) -> tuple[str, str]:
-    tokenizer = build_tokenizer()
-    paths = []
-    for name, model in (("student", build(1, 16, seed=1)), ("teacher", build(2, 32, seed=0))):
-        model.save_pretrained(tmp_path / name)
-        tokenizer.save_pretrained(tmp_path / name)
-        paths.append(str(tmp_path / name))
-    return paths[0], paths[1]
 
 
 def test_a_reference_offline_line_runs_with_only_model_and_data_paths_changed(tmp_path):
