@@ -4,19 +4,19 @@ For each batch size B, the same prompts (the demo workload's eval queries, left-
 of B) are decoded to a fixed length (--max_new_tokens, EOS ignored, so every row costs the same) by
 the target alone and by speculative decoding with the demo pair. Prints tokens/s and the speedup of
 speculative decoding at each B, with Eq. 2 charged with the verify cost measured at that B; writes
-{out}/results.json, table.md and speedup.png. On a weight-bandwidth-bound target a verification of
-B x (gamma + 1) tokens costs little more than B x 1, while the draft's share grows with B: Eq. 2 with
-the measured verify cost says how far batching erodes the speedup.
+{out}/results.json, table.md and speedup.png. Target-only and speculative calls are interleaved
+batch by batch; a query's latency is the call that decoded its batch. On a weight-bandwidth-bound
+target a verification of B x (gamma + 1) tokens costs little more than B x 1, while the draft's
+share grows with B: Eq. 2 with the measured verify cost says how far batching erodes the speedup.
 
-    python benchmarks/bench_batch.py --threads 1                      # B = 1 2 4 8 16; gamma 1, 2 and auto
-    python benchmarks/bench_batch.py --batch_sizes 1 4 --gammas 3 auto --draft outputs/online_demo/draft
+    python -m benchmarks.bench_batch --threads 1                      # B = 1 2 4 8 16; gamma 1, 2 and auto
+    python -m benchmarks.bench_batch --batch_sizes 1 4 --gammas 3 auto --draft outputs/online_demo/draft
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,9 +24,10 @@ from typing import TypeVar
 
 import torch
 
+from benchmarks.online_common import markdown_table, save_results
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup_measured_verify
-from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, load_demo_pair, repo_relative
+from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, load_demo_pair
 from osd.distill.data import pad
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
@@ -75,31 +76,40 @@ def main() -> None:
     rows = []
     for b in args.batch_sizes:
         batches = [pad(prompts[i : i + b], tok.pad_token_id, "left") for i in range(0, len(prompts), b)]
-        base = sum(
-            timed(lambda ids=ids, m=m: target.generate(ids, attention_mask=m, **hf), target.device)[1]
-            for ids, m in batches
-        )
         t_target = step_time(target, batch=b, reps=5, rounds=2)
         c = step_time(draft, batch=b, reps=5, rounds=2) / t_target
-        for gamma in args.gammas:
-            decoder = SpeculativeDecoder(draft, target, gamma=gamma if gamma == "auto" else int(gamma))
+        decoders = {
+            g: SpeculativeDecoder(draft, target, gamma=g if g == "auto" else int(g)) for g in args.gammas
+        }
+        for decoder in decoders.values():
             if decoder.policy is not None:  # measured once per batch size, outside the timed runs
                 decoder.policy.measure_costs(draft, target, b)
-            runs = [
-                timed(
-                    lambda ids=ids, m=m, d=decoder: d.generate_batch(ids, m, max_new_tokens=n), target.device
+        # interleaved batch by batch, so that load on a shared machine falls on every method alike
+        seconds: dict[str, list[float]] = {name: [] for name in ["target", *decoders]}
+        outs: dict[str, list] = {g: [] for g in decoders}
+        for ids, m in batches:
+            seconds["target"].append(
+                timed(lambda ids=ids, m=m: target.generate(ids, attention_mask=m, **hf), target.device)[1]
+            )
+            for g, decoder in decoders.items():
+                batch_outs, s = timed(
+                    lambda d=decoder, ids=ids, m=m: d.generate_batch(ids, m, max_new_tokens=n), target.device
                 )
-                for ids, m in batches
-            ]
-            outs = [o for batch_outs, _ in runs for o in batch_outs]
-            spec = sum(seconds for _, seconds in runs)
-            tokens = sum(o.generated_ids.shape[1] for o in outs)
-            proposed = sum(o.num_proposed for o in outs)
-            steps = sum(len(o.accepted_lengths) for o in outs)
-            alpha = sum(o.alpha_sum for o in outs) / proposed if proposed else float("nan")
-            row = {"batch size": b, "gamma": gamma, "target tok/s": len(prompts) * n / base,
-                   "spec tok/s": tokens / spec, "speedup": (tokens / spec) / (len(prompts) * n / base),
-                   "alpha": alpha, "proposed / step": proposed / steps, "c": c}  # fmt: skip
+                outs[g] += batch_outs
+                seconds[g].append(s)
+        base = len(prompts) * n / sum(seconds["target"])
+        for gamma in decoders:
+            tokens = sum(o.generated_ids.shape[1] for o in outs[gamma])
+            proposed = sum(o.num_proposed for o in outs[gamma])
+            steps = sum(len(o.accepted_lengths) for o in outs[gamma])
+            alpha = sum(o.alpha_sum for o in outs[gamma]) / proposed if proposed else float("nan")
+            spec = tokens / sum(seconds[gamma])
+            row = {"batch size": b, "gamma": gamma, "target tok/s": base, "spec tok/s": spec,
+                   "speedup": spec / base, "alpha": alpha, "proposed / step": proposed / steps, "c": c,
+                   # a query's latency is its batch's call (EOS ignored: every row ends with its batch)
+                   "target latency p50 s": statistics.median(seconds["target"]),
+                   "spec latency p50 s": statistics.median(seconds[gamma]),
+                   "spec latency max s": max(seconds[gamma])}  # fmt: skip
             if gamma != "auto":  # Eq. 2 charged with the verify cost of B x (gamma + 1) tokens over B x 1
                 g = int(gamma)
                 v = step_time(target, length=g + 1, batch=b, reps=5, rounds=2) / t_target
@@ -112,23 +122,9 @@ def main() -> None:
             rows.append(row)
             print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
     header = list(dict.fromkeys(k for r in rows for k in r))
-    table = "| " + " | ".join(header) + " |\n|" + "---|" * len(header)
-    for r in rows:
-        table += (
-            "\n| "
-            + " | ".join(f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in header)
-            + " |"
-        )
-    print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": " ".join(["python benchmarks/bench_batch.py", *sys.argv[1:]]),
-        "args": vars(args),
-        "rows": rows,
-    }
-    (out / "results.json").write_text(json.dumps(repo_relative(record), indent=1))
-    (out / "table.md").write_text(table + "\n")
+    save_results(out, {"args": vars(args), "rows": rows}, markdown_table(rows, header))
     plot(rows, out / "speedup.png")
 
 

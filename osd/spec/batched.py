@@ -213,6 +213,8 @@ def _step(
     verify_mask = torch.cat([feed_mask, torch.ones_like(draft_tokens)], 1)
     logits = target.forward(verify_in, verify_mask, num_logits=k + 1)[..., :V]  # [B, k + 1, V]
     t2 = time.perf_counter()
+    if decoder.policy is not None and feed.shape[1] == 1:  # not a prefill
+        decoder.policy.observe_verify(len(rows), k, t2 - t1)
     draft_tokens, limits = draft_tokens.to(logits.device), limits.to(logits.device)
     proposed = torch.arange(k, device=logits.device)[None, :] < limits[:, None]  # [B, k]
     if temperature == 0.0:

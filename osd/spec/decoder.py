@@ -307,6 +307,8 @@ class SpeculativeDecoder:
         verify_in = torch.tensor([s.tokens[len(target) :] + draft_list], device=target.device)
         target_logits = target.forward(verify_in, num_logits=k + 1)[:, : self.vocab_size]  # [k + 1, V]
         t2 = time.perf_counter()
+        if self.policy is not None and verify_in.shape[1] == k + 1:  # not the prompt's prefill
+            self.policy.observe_verify(1, k, t2 - t1)
         draft_tokens = draft_tokens.to(target_logits.device)
         if temperature == 0.0:
             target_argmax = target_logits.argmax(-1)  # [k + 1]

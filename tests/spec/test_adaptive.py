@@ -93,3 +93,40 @@ def test_shrinking_batch_reuses_the_measured_costs():
     assert list(policy.costs) == [4]
     policy.choose(draft, target, 6)  # a larger batch than any measured is measured
     assert sorted(policy.costs) == [4, 6]
+
+
+def test_observed_verifications_override_a_wrong_measurement():
+    """A measurement that made one draft token look cheap is corrected by the engine's own timings."""
+    target = tiny_model("llama")
+    policy = GammaPolicy(max_gamma=2, alpha=0.2)
+    policy.set_costs(1, 0.1, [1.0, 1.0, 1.1])  # measured: a 2-token pass as cheap as a 1-token one
+    assert policy.choose(target, target) == 1
+    for _ in range(40):
+        policy.observe_verify(1, 1, 1.4)  # but the engine's 2-token passes take 1.4 s
+        policy.observe_verify(1, 0, 1.0)
+    assert policy.costs[1].verify(1) == pytest.approx(1.4)
+    assert policy.choose(target, target) == 0  # 1.2 tokens / 1.5 s < 1 token / 1 s
+
+
+def test_unobserved_gammas_scale_with_the_observed_ones():
+    policy = GammaPolicy(max_gamma=3)
+    policy.set_costs(1, 0.1, [1.0, 1.1, 1.2, 1.3])
+    policy.observe_verify(1, 0, 2.0)  # the machine is twice as slow as measured
+    costs = policy.costs[1]
+    assert [costs.verify(k) for k in range(4)] == pytest.approx([2.0, 2.2, 2.4, 2.6])
+    assert costs.tokens_per_second(0.5, 1) == pytest.approx(1.5 / (0.2 + 2.2))  # the draft step too
+    policy.observe_verify(1, 0, 4.0)  # a running average, weighted timing_weight
+    assert costs.verify(0) == pytest.approx(2.0 + policy.timing_weight * 2.0)
+
+
+def test_the_engine_reports_its_verifications_per_batch_size():
+    target = tiny_model("llama", layers=3)
+    draft = tiny_model("llama", layers=1, seed=7)
+    policy = _policy(alpha=0.9)  # batch sizes 1..3 measured
+    decoder = SpeculativeDecoder(draft, target, gamma="auto", policy=policy)
+    decoder.generate(_prompts((5,))[0], max_new_tokens=12)
+    assert any(o is not None for o in policy.costs[1].observed_s)
+    assert policy.costs[3].observed_s == [None] * len(VERIFY)
+    decoder.generate_batch(*_left_padded(_prompts((4, 8, 2))), max_new_tokens=12)
+    observed = [k for k, o in enumerate(policy.costs[3].observed_s) if o is not None]
+    assert observed and all(policy.costs[3].observed_s[k] < 60 for k in observed)  # seconds, not the fakes
