@@ -1,0 +1,128 @@
+"""`--data_path` forms through `datasets`: a file, a folder, a saved dataset, a hub name from the local
+cache, a `datasets.Dataset`; errors naming source, split and record; the cached `Dataset.map`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import datasets
+import pytest
+from distill_fixtures import write_conversations
+
+from osd.conversations import ConversationFormatError, load_conversations
+from osd.distill.data import ConversationDataset
+from osd.distill.run_dir import data_digest
+
+HUB_NAME = "osd-test/convs"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the hub revision a download would record
+
+
+def cache_hub_dataset(repo: Path, name: str, cache: Path) -> Path:
+    """Put the data-files repository `repo` into the `datasets` cache as a download of hub dataset
+    `name` leaves it: `{namespace}___{name}/{config}/{version}/{commit}/` holding dataset_info.json and
+    `{name}-{split}.arrow` (datasets.load.CachedDatasetModuleFactory and packaged_modules/cache read
+    this layout when the hub is offline). The builder is the one `datasets` infers for the repo's files."""
+    namespace, short = name.split("/")
+    assert repo.name == short  # the builder names its arrow files after the folder, as after the repo
+    target = cache / f"{namespace}___{short}" / "default" / "0.0.0" / COMMIT
+    datasets.load_dataset_builder(str(repo)).download_and_prepare(output_dir=str(target))
+    return target
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A dataset repository as users upload it: conversation files named after their splits."""
+    folder = tmp_path / "convs"
+    folder.mkdir()
+    write_conversations(folder / "train.json")
+    records = load_conversations(folder / "train.json")
+    (folder / "test.json").write_text(json.dumps(records[:2][::-1]))
+    return folder
+
+
+def items(ds: ConversationDataset) -> list[dict]:
+    return [ds[i] for i in range(len(ds))]
+
+
+def test_every_form_gives_the_file_s_items(tokenizer, repo, tmp_path, datasets_cache):
+    expected = items(ConversationDataset(repo / "train.json", tokenizer))
+    assert expected[1]["dataset"] == "sql" and "topic" not in expected[1]  # absent fields stay absent
+    records = load_conversations(repo / "train.json")
+    saved = tmp_path / "saved"
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(records), "test": datasets.Dataset.from_list(records[:2])}
+    ).save_to_disk(str(saved))
+    cache_hub_dataset(repo, HUB_NAME, datasets_cache)
+    assert not Path(HUB_NAME).exists()  # resolved as a hub name, not a path
+    for source in (repo, saved, HUB_NAME, datasets.Dataset.from_list(records)):
+        assert items(ConversationDataset(source, tokenizer)) == expected, source
+    evals = [ConversationDataset(s, tokenizer, split="test") for s in (repo, HUB_NAME)]
+    assert [it["index"] for it in items(evals[0])] == [0, 1] and items(evals[0]) == items(evals[1])
+    assert items(evals[0])[0]["prompt_ids"] == expected[1]["prompt_ids"]  # test.json is records 1, 0
+
+
+def test_a_hub_name_missing_from_the_cache_is_named(tokenizer):
+    with pytest.raises(
+        FileNotFoundError, match=r"--eval_data_path osd-test/absent: not a local file or folder"
+    ):
+        ConversationDataset("osd-test/absent", tokenizer, flag="--eval_data_path")
+    with pytest.raises(FileNotFoundError, match=r"--data_path /no/such/file\.json: no such file or folder"):
+        ConversationDataset("/no/such/file.json", tokenizer)
+
+
+def test_a_missing_split_lists_the_splits_and_names_the_flag(tokenizer, repo):
+    with pytest.raises(
+        ConversationFormatError,
+        match=r"no split 'validation'; it has \['test', 'train'\] .*--eval_data_split",
+    ):
+        ConversationDataset(repo, tokenizer, split="validation", flag="--eval_data_path")
+
+
+def test_bad_records_are_named_in_a_folder_and_in_a_dataset(tokenizer, repo):
+    (repo / "test.json").write_text(
+        json.dumps([{"conversation": [{"role": "user", "content": "ok"}]}, {"id": 1}])
+    )
+    with pytest.raises(
+        ConversationFormatError, match=r"convs/test\.json, record 1: missing a non-empty 'conversation'"
+    ):
+        ConversationDataset(repo, tokenizer)
+    rows = [
+        {"conversation": [{"role": "user", "content": "ok"}]},
+        {"conversation": [{"role": "user", "content": " "}]},
+    ]
+    with pytest.raises(
+        ConversationFormatError, match=r"a datasets\.Dataset\), record 1: the first user turn"
+    ):
+        ConversationDataset(datasets.Dataset.from_list(rows), tokenizer)
+
+
+def test_tokenization_is_cached_and_truncation_still_reported(tokenizer, tmp_path, caplog):
+    long = " ".join(["one two three"] * 20)
+    path = tmp_path / "long.json"
+    path.write_text(
+        json.dumps([{"conversation": [{"role": "user", "content": q}]} for q in ("one two", long)])
+    )
+    first = ConversationDataset(path, tokenizer, model_max_length=40)
+    (cache_file,) = {f["filename"] for f in first.items.cache_files}
+    written = os.stat(cache_file).st_mtime_ns
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="osd.distill.data"):
+        second = ConversationDataset(path, tokenizer, model_max_length=40)
+    assert {f["filename"] for f in second.items.cache_files} == {cache_file}
+    assert os.stat(cache_file).st_mtime_ns == written  # read back, not tokenized again
+    assert second.truncated == [1] and len(second[1]["prompt_ids"]) == 39
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("long.json, record 1: prompt of" in m for m in messages)
+    assert any("1 of 2 prompts truncated" in m for m in messages)
+
+
+def test_folder_digest_follows_the_contents_not_map_caches(repo):
+    before = data_digest(str(repo), "train", "data_path")
+    (repo / "cache-0123.arrow").write_bytes(b"map output")
+    assert data_digest(str(repo), "train", "data_path") == before
+    assert data_digest(str(repo), "test", "data_path") != before
+    (repo / "test.json").write_text("[]")
+    assert data_digest(str(repo), "train", "data_path") != before
