@@ -105,6 +105,7 @@ class ConversationDataset(Dataset):
         """`prompt_max_length` (decoder-only; default model_max_length - 1) leaves room for generation;
         `query_prefix` goes before every query (--source_prefix)."""
         records, self.name = load_conversation_dataset(source, split, flag)
+        self.query_prefix = query_prefix
         self.records = records.select(range(min(max_samples, len(records)))) if max_samples else records
         self.prompt_max_length = (
             model_max_length if is_encoder_decoder else (prompt_max_length or model_max_length - 1)
@@ -118,7 +119,7 @@ class ConversationDataset(Dataset):
                 "model_max_length": model_max_length,
                 "prompt_max_length": self.prompt_max_length,
                 "is_encoder_decoder": is_encoder_decoder,
-                "query_prefix": query_prefix,
+                "query_prefix": self.query_prefix,
             },
             desc="tokenizing",
         )

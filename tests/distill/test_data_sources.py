@@ -12,9 +12,12 @@ import datasets
 import pytest
 from distill_fixtures import write_conversations
 
-from osd.conversations import ConversationFormatError, load_conversations
+from osd.conversations import ConversationFormatError, load_conversations, save_conversations
+from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
+from osd.distill.callbacks import read_metrics
 from osd.distill.data import ConversationDataset
 from osd.distill.run_dir import data_digest
+from osd.train import main
 
 HUB_NAME = "osd-test/convs"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the hub revision a download would record
@@ -126,3 +129,33 @@ def test_folder_digest_follows_the_contents_not_map_caches(repo):
     assert data_digest(str(repo), "test", "data_path") != before
     (repo / "test.json").write_text("[]")
     assert data_digest(str(repo), "train", "data_path") != before
+
+
+def test_osd_train_reads_a_file_a_folder_and_a_cached_hub_name_alike(tmp_path, datasets_cache):
+    """Offline runs on the tiny pair with each --data_path form: the same records, so the same run."""
+    records = load_conversations(workload_path("sql", "train"))[:4]
+    folder = tmp_path / "sql_queries"
+    save_conversations(records, folder / "train.json")
+    save_conversations(records[2:], folder / "test.json")
+    cache_hub_dataset(folder, "osd-test/sql_queries", datasets_cache)
+    forms = {
+        "file": (str(folder / "train.json"), str(folder / "test.json")),
+        "folder": (str(folder), str(folder)),
+        "hub": ("osd-test/sql_queries", "osd-test/sql_queries"),
+    }
+    runs = {}
+    for form, (train, evaluation) in forms.items():
+        out = tmp_path / form
+        metrics = main([
+            "--student_model_path", str(TINY_DRAFT_PATH), "--teacher_model_path", str(TINY_TEACHER_PATH),
+            "--data_path", train, "--eval_data_path", evaluation, "--output_dir", str(out),
+            "--max_steps", "2", "--per_device_train_batch_size", "2", "--max_new_tokens", "4",
+            "--report_to", "none", "--disable_tqdm", "True", "--logging_steps", "1", "--save_strategy", "no",
+            "--seed", "0", "--use_cpu", "True",
+        ])  # fmt: skip
+        losses = [m["loss"] for m in read_metrics(out) if "loss" in m]
+        runs[form] = (losses, metrics["eval_alpha"], json.loads((out / "run.json").read_text()))
+        assert len(losses) == 2 and 0 <= metrics["eval_alpha"] <= 1
+    assert runs["file"][:2] == runs["folder"][:2] == runs["hub"][:2]
+    assert runs["hub"][2]["data_path"].startswith("osd-test/sql_queries[train]@")
+    assert runs["hub"][2]["eval_data_path"].startswith("osd-test/sql_queries[test]@")
