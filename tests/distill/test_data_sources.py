@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 import datasets
+import huggingface_hub.constants
 import pytest
 from distill_fixtures import write_conversations
 
+from osd import cli
 from osd.conversations import ConversationFormatError, load_conversations, save_conversations
 from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.distill.callbacks import read_metrics
@@ -159,3 +162,22 @@ def test_osd_train_reads_a_file_a_folder_and_a_cached_hub_name_alike(tmp_path, d
     assert runs["file"][:2] == runs["folder"][:2] == runs["hub"][:2]
     assert runs["hub"][2]["data_path"].startswith("osd-test/sql_queries[train]@")
     assert runs["hub"][2]["eval_data_path"].startswith("osd-test/sql_queries[test]@")
+
+
+def test_a_cached_hub_dataset_loads_at_once_when_the_hub_is_unreachable(
+    monkeypatch, tokenizer, repo, datasets_cache
+):
+    """As for models (tests/test_cli_parser.py): without HF_HUB_OFFLINE and with the hub unreachable,
+    osd.train's check switches datasets to offline mode too, and the cached hub dataset loads."""
+    cache_hub_dataset(repo, HUB_NAME, datasets_cache)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", "http://127.0.0.1:9")
+    assert cli.go_offline_if_unreachable([str(TINY_TEACHER_PATH), str(TINY_DRAFT_PATH), HUB_NAME, None])
+    assert datasets.config.HF_HUB_OFFLINE
+    start = time.monotonic()
+    assert len(ConversationDataset(HUB_NAME, tokenizer, split="test")) == 2
+    assert time.monotonic() - start < 20
