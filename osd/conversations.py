@@ -170,6 +170,18 @@ def load_conversation_dataset(
     return data, name
 
 
+def read_conversations(
+    source: ConversationSource, split: str = "train", flag: str = "--data_path"
+) -> list[dict]:
+    """The records of any `load_conversation_dataset` source as a list: a file exactly as
+    `load_conversations` reads it; otherwise the validated rows, without the fields a row holds as
+    None (a field that other records of the set have)."""
+    if not isinstance(source, datasets.Dataset | datasets.DatasetDict) and Path(source).is_file():
+        return load_conversations(source)
+    data, _ = load_conversation_dataset(source, split, flag)
+    return [{k: v for k, v in row.items() if v is not None} for row in data]
+
+
 def _json_line(line: str, number: int, path: Path) -> Any:
     try:
         return json.loads(line)
