@@ -136,7 +136,12 @@ def open_conversation_dataset(
         if isinstance(loaded, datasets.Dataset):
             return loaded, str(path)
         return _pick_split(loaded, split, flag, str(path))
-    if path.is_absolute() or str(source).startswith(".") or str(source).count("/") > 1:
+    if (
+        path.is_absolute()
+        or str(source).startswith(".")
+        or str(source).count("/") > 1
+        or path.suffix in CONVERSATION_SUFFIXES
+    ):  # a path, not a hub name
         raise FileNotFoundError(f"{flag} {source}: no such file or folder")
     try:
         loaded = datasets.load_dataset(str(source))

@@ -88,7 +88,10 @@ def tokenize_record(
 class ConversationDataset(Dataset):
     """Conversation records (`osd.conversations.load_conversation_dataset`: a file, a folder, a hub
     dataset name with `split`, or a `datasets.Dataset`), validated and tokenized once with
-    `Dataset.map` (cached by `datasets` when the records come from its cache)."""
+    `Dataset.map` (cached by `datasets` when the records come from its cache).
+
+    `records` are the validated records (a `datasets.Dataset`), `items` their tokenized items,
+    `truncated` the indices of records whose prompt was truncated, `name` the source in messages."""
 
     def __init__(
         self,

@@ -75,8 +75,9 @@ def test_a_hub_name_missing_from_the_cache_is_named(tokenizer):
         FileNotFoundError, match=r"--eval_data_path osd-test/absent: not a local file or folder"
     ):
         ConversationDataset("osd-test/absent", tokenizer, flag="--eval_data_path")
-    with pytest.raises(FileNotFoundError, match=r"--data_path /no/such/file\.json: no such file or folder"):
-        ConversationDataset("/no/such/file.json", tokenizer)
+    for path in ("/no/such/file.json", "no_such_file.json"):
+        with pytest.raises(FileNotFoundError, match=rf"--data_path {path}: no such file or folder"):
+            ConversationDataset(path, tokenizer)
 
 
 def test_a_missing_split_lists_the_splits_and_names_the_flag(tokenizer, repo):
@@ -160,6 +161,7 @@ def test_osd_train_reads_a_file_a_folder_and_a_cached_hub_name_alike(tmp_path, d
         runs[form] = (losses, metrics["eval_alpha"], json.loads((out / "run.json").read_text()))
         assert len(losses) == 2 and 0 <= metrics["eval_alpha"] <= 1
     assert runs["file"][:2] == runs["folder"][:2] == runs["hub"][:2]
+    assert runs["hub"][2]["data_path"] == data_digest("osd-test/sql_queries", "train", "data_path")  # stable
     assert runs["hub"][2]["data_path"].startswith("osd-test/sql_queries[train]@")
     assert runs["hub"][2]["eval_data_path"].startswith("osd-test/sql_queries[test]@")
 
