@@ -98,6 +98,13 @@ def load_conversations(path: str | Path) -> list[dict]:
 
 
 CONVERSATION_SUFFIXES = (".json", ".jsonl")
+# the flag that picks the split, for each flag that names a source
+SPLIT_FLAGS = {
+    "--data_path": "--data_split",
+    "--eval_data_path": "--eval_data_split",
+    "--filename": "--split",  # data/generate_answer.py
+    "--input": "--split",  # data/split_train_test.py
+}
 ConversationSource = str | os.PathLike | datasets.Dataset | datasets.DatasetDict
 
 
@@ -156,10 +163,8 @@ def _pick_split(
     loaded: datasets.DatasetDict, split: str, flag: str, name: str
 ) -> tuple[datasets.Dataset, str]:
     if split not in loaded:
-        split_flag = "--eval_data_split" if flag == "--eval_data_path" else "--data_split"
-        raise ConversationFormatError(
-            f"{flag} {name}: no split {split!r}; it has {sorted(loaded)} (choose one with {split_flag})"
-        )
+        choose = f" (choose one with {SPLIT_FLAGS[flag]})" if flag in SPLIT_FLAGS else ""
+        raise ConversationFormatError(f"{flag} {name}: no split {split!r}; it has {sorted(loaded)}{choose}")
     return loaded[split], f"{name}[{split}]"
 
 
