@@ -6,9 +6,9 @@ hub (`datasets.load_dataset`, the default) or from local raw files (`--raw_path`
 the conversation format of `osd/conversations.py` and writes `{output_dir}/{name}_{split}.json`.
 
 Local raw files are read as the datasets ship them, with `datasets.load_dataset` as the hub's
-are: `.json` (a JSON list, or JSON lines as `datasets` exports them), `.jsonl`, `.parquet`, `.csv`. `--raw_path` is either one file (used for
-the first selected split) or a folder in which a split's files are named `{split}.{ext}` or
-`{split}-*.{ext}` (the hub's parquet shards), searched recursively.
+are: `.json` (a JSON list, or JSON lines as `datasets` exports them), `.jsonl`, `.parquet`, `.csv`.
+`--raw_path` is either one file (used for the first selected split) or a folder in which a split's
+files are named `{split}.{ext}` or `{split}-*.{ext}` (the hub's parquet shards), searched recursively.
 
 A record missing a required field is skipped and counted, or, with `--strict`, stops the run
 with the file and the record index. Records a transform rejects on purpose (a language filter,
