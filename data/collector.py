@@ -5,10 +5,10 @@ A clean script declares a `DatasetSpec` (hub name, splits, required raw fields) 
 hub (`datasets.load_dataset`, the default) or from local raw files (`--raw_path`), converts it to
 the conversation format of `osd/conversations.py` and writes `{output_dir}/{name}_{split}.json`.
 
-Local raw files are read as the datasets ship them: `.json` (a JSON list, or JSON lines as
-`datasets` exports them), `.jsonl`, `.parquet`, `.csv`. `--raw_path` is either one file (used for
-the first selected split) or a folder in which a split's files are named `{split}.{ext}` or
-`{split}-*.{ext}` (the hub's parquet shards), searched recursively.
+Local raw files are read as the datasets ship them, with `datasets.load_dataset` as the hub's
+are: `.json` (a JSON list, or JSON lines as `datasets` exports them), `.jsonl`, `.parquet`, `.csv`.
+`--raw_path` is either one file (used for the first selected split) or a folder in which a split's
+files are named `{split}.{ext}` or `{split}-*.{ext}` (the hub's parquet shards), searched recursively.
 
 A record missing a required field is skipped and counted, or, with `--strict`, stops the run
 with the file and the record index. Records a transform rejects on purpose (a language filter,
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import datasets
 from transformers import HfArgumentParser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -143,32 +144,37 @@ def missing_field(case: dict, required: Sequence[Requirement]) -> str | None:
     return None
 
 
-def read_raw_file(path: str | Path) -> list[dict]:
-    """Records of one raw file; raises RawFormatError naming the file and what was expected."""
+def read_raw_file(path: str | Path) -> datasets.Dataset:
+    """Records of one raw file, read with `datasets.load_dataset` (as a hub download is); raises
+    RawFormatError naming the file (and line or record) and what was expected.
+
+    Text files are checked first, since `datasets` would accept or blur these cases: UTF-8 (the
+    line of a bad byte), a JSON list of objects or JSON lines (the line that does not parse), a CSV
+    header. CSV cells stay the text they hold (no number or missing-value parsing)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in RAW_SUFFIXES:
         raise RawFormatError(
             f"{path}: unsupported raw file type {suffix!r}; expected one of {', '.join(RAW_SUFFIXES)}"
         )
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            records = pq.read_table(path).to_pylist()
-        except Exception as e:  # pyarrow raises several types for a broken file
-            raise RawFormatError(f"{path}: not a readable parquet file ({e})") from e
-    elif suffix == ".csv":
-        reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
-        records = list(reader)
-        if not reader.fieldnames:
+    options: dict[str, Any] = {}
+    if suffix == ".csv":
+        header = next(csv.reader(io.StringIO(read_text(path), newline="")), None)
+        if not header:
             raise RawFormatError(f"{path}: empty CSV; expected a header row of field names")
-    else:
-        records = _read_json_records(path, lines_only=suffix == ".jsonl")
-    for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            raise RawFormatError(f"{path}, record {i}: expected a JSON object, got {type(rec).__name__}")
-    return records
+        options = {
+            "features": datasets.Features(dict.fromkeys(header, datasets.Value("string"))),
+            "na_filter": False,
+        }
+    elif suffix != ".parquet":
+        for i, rec in enumerate(_read_json_records(path, lines_only=suffix == ".jsonl")):
+            if not isinstance(rec, dict):
+                raise RawFormatError(f"{path}, record {i}: expected a JSON object, got {type(rec).__name__}")
+    builder = {".jsonl": "json"}.get(suffix, suffix[1:])
+    try:
+        return datasets.load_dataset(builder, data_files=str(path), split="train", **options)
+    except Exception as e:  # pyarrow and pandas raise several types for a broken file
+        raise RawFormatError(f"{path}: not a readable {builder} file ({e.__cause__ or e})") from e
 
 
 def _read_json_records(path: Path, lines_only: bool) -> list:
@@ -208,7 +214,7 @@ def split_files(folder: Path, split: str) -> list[Path]:
     )
 
 
-def load_raw_split(raw_path: Path, split: str) -> tuple[list[dict], str]:
+def load_raw_split(raw_path: Path, split: str) -> tuple[datasets.Dataset, str]:
     """Records of one split from a raw folder (or the given file), and where they came from."""
     if not raw_path.exists():
         raise FileNotFoundError(f"--raw_path {raw_path}: no such file or folder")
@@ -221,12 +227,10 @@ def load_raw_split(raw_path: Path, split: str) -> tuple[list[dict], str]:
             f"--raw_path {raw_path}: no raw file for split {split!r}; expected {names}.{{json,jsonl,parquet,csv}} "
             f"or {names}-*.parquet shards (or pick splits with --splits)"
         )
-    return [rec for f in files for rec in read_raw_file(f)], ", ".join(map(str, files))
+    return datasets.concatenate_datasets([read_raw_file(f) for f in files]), ", ".join(map(str, files))
 
 
 def load_hub_split(spec: DatasetSpec, args: CollectArgs, split: str) -> Sequence[dict]:
-    import datasets
-
     return datasets.load_dataset(
         args.dataset_name or spec.hub_name,
         args.dataset_config or spec.hub_config,

@@ -40,7 +40,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from osd.conversations import load_conversations, save_conversations, user_query
+from osd.conversations import read_conversations, save_conversations, user_query
 from osd.datafiles import read_text, refuse_overwrite
 from osd.distill.data import truncate_prompt
 from osd.model_checks import check_model_path
@@ -51,8 +51,13 @@ from osd.spec.decoder import context_limit
 @dataclass
 class GenerateArgs:
     filename: str = field(
-        default=str(RAW_DATA_DIR / "spider_train.json"), metadata={"help": "Conversation file to answer."}
+        default=str(RAW_DATA_DIR / "spider_train.json"),
+        metadata={
+            "help": "Conversations to answer: a conversation file, a folder or a hub dataset name (as "
+            "osd.train's --data_path; split: --split)."
+        },
     )
+    split: str = field(default="train", metadata={"help": "Split of a --filename folder or hub dataset."})
     model: str = field(default="lmsys/vicuna-7b-v1.5", metadata={"help": "Teacher model name or path."})
     output: str | None = field(
         default=None, metadata={"help": "Default: {input stem}_with_answer.json next to the input."}
@@ -76,7 +81,11 @@ class GenerateArgs:
 
 def output_path(args: GenerateArgs) -> Path:
     src = Path(args.filename)
-    return Path(args.output) if args.output else src.with_name(f"{src.stem}_with_answer.json")
+    if args.output:
+        return Path(args.output)
+    if not src.is_file():
+        raise ValueError(f"--filename {args.filename} is not a file: name the answered file with --output")
+    return src.with_name(f"{src.stem}_with_answer.json")
 
 
 def partial_path(output: Path) -> Path:
@@ -229,7 +238,7 @@ def main(argv: list[str] | None = None) -> Path:
     partial = partial_path(out)
     refuse_overwrite({"--output": out, "its partial file": partial}, [args.filename])
     out.parent.mkdir(parents=True, exist_ok=True)  # before any model loads
-    records = load_conversations(args.filename)
+    records = read_conversations(args.filename, args.split, "--filename")
     tok, config = load_tokenizer(args)
     settings = run_settings(args, tok, config)
     done = load_done(partial, records, settings)

@@ -24,9 +24,9 @@ from pathlib import Path
 from collector import RAW_DATA_DIR, REPO_ROOT
 from transformers import HfArgumentParser
 
-from osd.conversations import load_conversations, save_conversations
+from osd.conversations import load_conversation_dataset, save_conversations
 from osd.datafiles import refuse_overwrite
-from osd.streams import abrupt_stream, drift_stream, mix_stream
+from osd.streams import Records, abrupt_stream, drift_stream, mix_stream
 
 REFERENCE_INPUTS = {
     "gsm8k": "gsm8k_train.json",
@@ -45,7 +45,11 @@ class PrepareArgs:
         },
     )
     inputs: list[str] | None = field(
-        default=None, metadata={"help": "Sources as name=path.json, in stream order."}
+        default=None,
+        metadata={
+            "help": "Sources as name=path, in stream order; a path is a conversation file, a folder or a "
+            "hub dataset name, as --data_path (its train split)."
+        },
     )
     lengths: list[int] | None = field(
         default=None, metadata={"help": "abrupt: records per segment, one per input."}
@@ -84,13 +88,16 @@ def parse_inputs(items: list[str]) -> dict[str, Path]:
     return sources
 
 
-def load_sources(paths: dict[str, Path], outputs: dict[str, Path]) -> dict[str, list[dict]]:
-    """The records of each source, after checking that no output would replace a source."""
+def load_sources(paths: dict[str, Path], outputs: dict[str, Path]) -> dict[str, Records]:
+    """The records of each source (any --data_path form: a conversation file, a folder or a hub
+    dataset name, whose train split is used), after checking that no output would replace a source."""
     refuse_overwrite(outputs, paths.values())
-    return {name: load_conversations(path) for name, path in paths.items()}
+    return {
+        name: load_conversation_dataset(path, "train", f"--inputs {name}")[0] for name, path in paths.items()
+    }
 
 
-def build(args: PrepareArgs, sources: dict[str, list[dict]]) -> list[dict]:
+def build(args: PrepareArgs, sources: dict[str, Records]) -> list[dict]:
     if args.kind == "abrupt":
         if args.lengths is None:
             raise ValueError("--kind abrupt needs --lengths, one per input")

@@ -19,13 +19,18 @@ from pathlib import Path
 from collector import REPO_ROOT  # noqa: F401  (puts the repository on sys.path)
 from transformers import HfArgumentParser
 
-from osd.conversations import load_conversations, save_conversations
+from osd.conversations import read_conversations, save_conversations
 from osd.datafiles import refuse_overwrite
 
 
 @dataclass
 class SplitArgs:
-    input: str = field(metadata={"help": "A conversation-JSON file."})
+    input: str = field(
+        metadata={
+            "help": "A conversation-JSON file, a folder or a hub dataset name (as osd.train's --data_path)."
+        }
+    )
+    split: str = field(default="train", metadata={"help": "Split of an --input folder or hub dataset."})
     eval_size: int = field(
         default=200, metadata={"help": "Eval records (time_bins: the number of time bins)."}
     )
@@ -87,12 +92,16 @@ def time_bin_split(
 def main(argv: list[str] | None = None) -> None:
     (args,) = HfArgumentParser(SplitArgs).parse_args_into_dataclasses(args=argv)
     path = Path(args.input)
+    if not path.is_file() and not (args.train_output and args.eval_output):
+        raise ValueError(
+            f"--input {args.input} is not a file: name the outputs with --train_output and --eval_output"
+        )
     outputs = {
         f"--{kind}_output": Path(out) if out else path.with_name(f"{path.stem}_split_{kind}.json")
         for kind, out in (("train", args.train_output), ("eval", args.eval_output))
     }
     refuse_overwrite(outputs, [path])
-    records = load_conversations(path)
+    records = read_conversations(args.input, args.split, "--input")
     if args.mode == "random":
         train, evals = random_split(records, args.eval_size, args.seed)
     else:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
+import datasets.config
 import huggingface_hub.constants
 from transformers import HfArgumentParser, TrainingArguments
 
@@ -118,8 +119,15 @@ def parse_train_args(argv: Sequence[str], extra: Sequence[type] = (), prog: str 
         parsed = parse_cli(parser, argv)
     except ValueError as e:  # a flag's value refused by a dataclass or by the reference-flag translation
         parser.error(str(e))
-    model_args = parsed[0]
-    go_offline_if_unreachable([model_args.student_model_path, model_args.teacher_model_path])
+    model_args, data_args = parsed[:2]
+    go_offline_if_unreachable(
+        [
+            model_args.student_model_path,
+            model_args.teacher_model_path,
+            data_args.data_path,
+            data_args.eval_data_path,
+        ]
+    )
     return parsed
 
 
@@ -136,13 +144,14 @@ def hub_reachable(timeout: float = HUB_CHECK_TIMEOUT_S) -> bool:
 
 
 def go_offline_if_unreachable(model_paths: Iterable[str | None]) -> bool:
-    """Switch huggingface_hub to offline mode when some model is a hub name (not a local folder), the
-    user set no HF_HUB_OFFLINE and the hub does not answer; True when it did."""
+    """Switch huggingface_hub and datasets to offline mode when some model or data set is a hub name
+    (not a local path), the user set no HF_HUB_OFFLINE and the hub does not answer; True when it did."""
     hub_names = [p for p in model_paths if p is not None and not Path(p).exists()]
     if not hub_names or "HF_HUB_OFFLINE" in os.environ or hub_reachable():
         return False
     os.environ["HF_HUB_OFFLINE"] = "1"  # for subprocesses
     huggingface_hub.constants.HF_HUB_OFFLINE = True  # read at every request by this process
+    datasets.config.HF_HUB_OFFLINE = True  # datasets read the variable when imported
     logger.warning(
         "%s unreachable: loading %s from the local cache (HF_HUB_OFFLINE=1); set HF_HUB_OFFLINE=0 to retry the hub",
         huggingface_hub.constants.ENDPOINT,

@@ -9,13 +9,21 @@ A file is a JSON list of records::
 
 Only the first user turn (the query) and the first assistant turn (the answer, when known)
 are used by the distillation and serving tools.
+
+`load_conversation_dataset` reads such records as a `datasets.Dataset` from any of the forms
+`--data_path` accepts: a conversation file, a folder (of conversation files, split by file name as
+`datasets` does, or one written by `Dataset.save_to_disk`), a hub dataset name (with a split; from
+the local cache when offline), or a `datasets.Dataset` / `DatasetDict` object.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import datasets
 
 from osd.datafiles import read_text
 
@@ -87,6 +95,101 @@ def load_conversations(path: str | Path) -> list[dict]:
             f"{path}: 0 records (an empty list); expected at least one conversation"
         )
     return [validate_record(r, i, path) for i, r in enumerate(records)]
+
+
+CONVERSATION_SUFFIXES = (".json", ".jsonl")
+# the flag that picks the split, for each flag that names a source
+SPLIT_FLAGS = {
+    "--data_path": "--data_split",
+    "--eval_data_path": "--eval_data_split",
+    "--filename": "--split",  # data/generate_answer.py
+    "--input": "--split",  # data/split_train_test.py
+}
+ConversationSource = str | os.PathLike | datasets.Dataset | datasets.DatasetDict
+
+
+def is_saved_dataset(folder: Path) -> bool:
+    """A folder written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`."""
+    return (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file()
+
+
+def open_conversation_dataset(
+    source: ConversationSource, split: str = "train", flag: str = "--data_path"
+) -> tuple[datasets.Dataset, str]:
+    """(the records of `source` as a `datasets.Dataset`, a name for messages), not yet validated.
+
+    A file is read with the format's own reader first (errors name file, line and record), then
+    with `datasets.load_dataset("json")` (one split: `split` does not apply); a folder of files and
+    a hub name with `datasets.load_dataset`, a saved folder with `datasets.load_from_disk`, and the
+    split `split` is taken from the result. A hub name is resolved from the local `datasets` cache
+    when offline (HF_DATASETS_OFFLINE=1 or HF_HUB_OFFLINE=1).
+    """
+    if isinstance(source, datasets.Dataset):
+        return source, f"{flag} (a datasets.Dataset)"
+    if isinstance(source, datasets.DatasetDict):
+        return _pick_split(source, split, flag, f"{flag} (a datasets.DatasetDict)")
+    path = Path(source)
+    if path.is_file():
+        load_conversations(path)
+        return datasets.load_dataset("json", data_files=str(path), split="train"), str(path)
+    if path.is_dir():
+        if is_saved_dataset(path):
+            loaded = datasets.load_from_disk(str(path))
+        else:
+            for file in sorted(path.rglob("*")):
+                if file.suffix in CONVERSATION_SUFFIXES and not file.name.startswith("."):
+                    load_conversations(file)
+            loaded = datasets.load_dataset(str(path))
+        if isinstance(loaded, datasets.Dataset):
+            return loaded, str(path)
+        return _pick_split(loaded, split, flag, str(path))
+    if (
+        path.is_absolute()
+        or str(source).startswith(".")
+        or str(source).count("/") > 1
+        or path.suffix in CONVERSATION_SUFFIXES
+    ):  # a path, not a hub name
+        raise FileNotFoundError(f"{flag} {source}: no such file or folder")
+    try:
+        loaded = datasets.load_dataset(str(source))
+    except (ConnectionError, FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as e:
+        raise FileNotFoundError(
+            f"{flag} {source}: not a local file or folder, and not a hub dataset that can be loaded ({e})"
+        ) from e
+    return _pick_split(loaded, split, flag, str(source))
+
+
+def _pick_split(
+    loaded: datasets.DatasetDict, split: str, flag: str, name: str
+) -> tuple[datasets.Dataset, str]:
+    if split not in loaded:
+        choose = f" (choose one with {SPLIT_FLAGS[flag]})" if flag in SPLIT_FLAGS else ""
+        raise ConversationFormatError(f"{flag} {name}: no split {split!r}; it has {sorted(loaded)}{choose}")
+    return loaded[split], f"{name}[{split}]"
+
+
+def load_conversation_dataset(
+    source: ConversationSource, split: str = "train", flag: str = "--data_path"
+) -> tuple[datasets.Dataset, str]:
+    """`open_conversation_dataset`, every record validated (errors name the source and the record)."""
+    data, name = open_conversation_dataset(source, split, flag)
+    if len(data) == 0:
+        raise ConversationFormatError(f"{name}: 0 records; expected at least one conversation")
+    for i, record in enumerate(data):
+        validate_record(record, i, name)
+    return data, name
+
+
+def read_conversations(
+    source: ConversationSource, split: str = "train", flag: str = "--data_path"
+) -> list[dict]:
+    """The records of any `load_conversation_dataset` source as a list: a file exactly as
+    `load_conversations` reads it; otherwise the validated rows, without the fields a row holds as
+    None (a field that other records of the set have)."""
+    if not isinstance(source, datasets.Dataset | datasets.DatasetDict) and Path(source).is_file():
+        return load_conversations(source)
+    data, _ = load_conversation_dataset(source, split, flag)
+    return [{k: v for k, v in row.items() if v is not None} for row in data]
 
 
 def _json_line(line: str, number: int, path: Path) -> Any:

@@ -1,11 +1,15 @@
 """Query streams for the online experiments: abrupt shifts, gradual drift and mixes.
 
 Every builder takes `sources`, a dict from a source name (e.g. "gsm8k") to its conversation
-records, and returns a list of new records in serving order. Each output record keeps the
+records (a list, or a `datasets.Dataset` as `osd.conversations.load_conversation_dataset` reads
+them), and returns a list of new records in serving order. Each output record keeps the
 source record's `id`, `conversation` and grouping fields, gets `dataset` = the source name when
 it has none, and `stream_index` = its position in the stream. A source is read round-robin: when
 a stream needs more records than a source has, it wraps around to the source's first record.
-All builders are deterministic given their arguments (and seed).
+All builders are deterministic given their arguments (and seed): a list and a `datasets.Dataset`
+of the same records give the same stream. The draws stay Python's `random.Random`, not
+`datasets.interleave_datasets` (numpy's generator, fixed proportions only): recorded streams and
+results depend on these exact orders.
 """
 
 from __future__ import annotations
@@ -13,19 +17,23 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+import datasets
+
 from osd.conversations import GROUP_FIELDS
 
 KEPT_FIELDS = ("id", "conversation", *GROUP_FIELDS)
+Records = Sequence[dict] | datasets.Dataset  # one source's records, in order
 
 
 def stream_record(record: dict, source: str, index: int) -> dict:
-    out = {k: record[k] for k in KEPT_FIELDS if k in record}
+    """The stream's copy of `record` (a field a `datasets.Dataset` row holds as None is absent)."""
+    out = {k: record[k] for k in KEPT_FIELDS if record.get(k) is not None}
     out.setdefault("dataset", source)
     out["stream_index"] = index
     return out
 
 
-def _check_sources(sources: dict[str, list[dict]]) -> None:
+def _check_sources(sources: dict[str, Records]) -> None:
     if not sources:
         raise ValueError("sources is empty; expected at least one name -> records entry")
     for name, records in sources.items():
@@ -33,14 +41,14 @@ def _check_sources(sources: dict[str, list[dict]]) -> None:
             raise ValueError(f"source {name!r} has no records")
 
 
-def _check_weights(weights: Sequence[float], sources: dict[str, list[dict]], what: str) -> None:
+def _check_weights(weights: Sequence[float], sources: dict[str, Records], what: str) -> None:
     if len(weights) != len(sources):
         raise ValueError(f"{what} has {len(weights)} values for {len(sources)} sources {list(sources)}")
     if any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError(f"{what} {list(weights)}: expected non-negative values with a positive sum")
 
 
-def abrupt_stream(sources: dict[str, list[dict]], lengths: list[int]) -> list[dict]:
+def abrupt_stream(sources: dict[str, Records], lengths: list[int]) -> list[dict]:
     """Segments in the dict's order, segment k of `lengths[k]` records from the k-th source.
 
     Stream position i of a segment takes the source's record i (mod its size), so consecutive
@@ -61,7 +69,7 @@ def abrupt_stream(sources: dict[str, list[dict]], lengths: list[int]) -> list[di
 
 
 def drift_stream(
-    sources: dict[str, list[dict]], n: int, start_weights: list[float], end_weights: list[float], seed: int
+    sources: dict[str, Records], n: int, start_weights: list[float], end_weights: list[float], seed: int
 ) -> list[dict]:
     """`n` records whose source is drawn with proportions moving linearly from start to end.
 
@@ -86,7 +94,7 @@ def drift_stream(
 
 
 def mix_stream(
-    sources: dict[str, list[dict]], n: int, weights: list[float] | None = None, seed: int = 0
+    sources: dict[str, Records], n: int, weights: list[float] | None = None, seed: int = 0
 ) -> list[dict]:
     """`n` records drawn i.i.d. from the sources with fixed `weights` (uniform by default)."""
     weights = [1.0] * len(sources) if weights is None else weights

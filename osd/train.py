@@ -31,6 +31,7 @@ from transformers import (
 )
 
 from osd.cli import parse_train_args
+from osd.conversations import ConversationSource
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DataArguments, ModelArguments
@@ -96,18 +97,24 @@ def dataset_loader(
     student: PreTrainedModel,
     teacher: PreTrainedModel,
     max_new_tokens: int,
-) -> Callable[[str, int | None], ConversationDataset]:
-    """A reader of conversation files for this run: --model_max_length fitted to the models' context
-    (prompts leave room for max_new_tokens), --source_prefix before every query."""
+) -> Callable[..., ConversationDataset]:
+    """A reader of conversations for this run (any `--data_path` form, or a `datasets.Dataset`):
+    --model_max_length fitted to the models' context (prompts leave room for max_new_tokens),
+    --source_prefix before every query."""
     data_args.model_max_length, prompt_limit = fit_lengths(
         data_args.model_max_length, max_new_tokens, student, teacher
     )
     is_enc_dec = bool(student.config.is_encoder_decoder)
 
-    def dataset(path: str, max_samples: int | None = None) -> ConversationDataset:
+    def dataset(
+        source: ConversationSource,
+        max_samples: int | None = None,
+        split: str = "train",
+        flag: str = "--data_path",
+    ) -> ConversationDataset:
         return ConversationDataset(
-            path, tokenizer, data_args.model_max_length, is_enc_dec, max_samples, prompt_limit,
-            query_prefix=data_args.source_prefix,
+            source, tokenizer, data_args.model_max_length, is_enc_dec, max_samples, prompt_limit,
+            query_prefix=data_args.source_prefix, split=split, flag=flag,
         )  # fmt: skip
 
     return dataset
@@ -128,9 +135,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
     dataset = dataset_loader(data_args, tokenizer, student, teacher, training_args.max_new_tokens)
-    train_dataset = dataset(data_args.data_path, data_args.max_train_samples)
+    train_dataset = dataset(data_args.data_path, data_args.max_train_samples, data_args.data_split)
     eval_dataset = (
-        dataset(data_args.eval_data_path, data_args.max_eval_samples) if data_args.eval_data_path else None
+        dataset(
+            data_args.eval_data_path,
+            data_args.max_eval_samples,
+            data_args.eval_data_split,
+            "--eval_data_path",
+        )
+        if data_args.eval_data_path
+        else None
     )
     if eval_dataset is None:
         training_args.eval_on_start = False

@@ -64,10 +64,26 @@ class ModelArguments:
 class DataArguments:
     data_path: str | None = field(
         default=None,
-        metadata={"help": "Training conversation-JSON file (the online stream in --mode online)."},
+        metadata={
+            "help": "Training conversations (the online stream in --mode online): a conversation-JSON file "
+            "(.json list or .jsonl), a folder (of such files, split by file name as datasets does, or a "
+            "Dataset.save_to_disk folder), or a hub dataset name (read from the local datasets cache "
+            "when offline); split: --data_split."
+        },
+    )
+    data_split: str = field(
+        default="train",
+        metadata={"help": "Split of a --data_path folder or hub dataset (a single file is its own split)."},
     )
     eval_data_path: str | None = field(
-        default=None, metadata={"help": "Conversation-JSON file on which acceptance (alpha) is measured."}
+        default=None,
+        metadata={
+            "help": "Conversations on which acceptance (alpha) is measured; the same forms as --data_path."
+        },
+    )
+    eval_data_split: str = field(
+        default="test",
+        metadata={"help": "Split of an --eval_data_path folder or hub dataset."},
     )
     model_max_length: int = field(
         default=512,
@@ -86,7 +102,8 @@ class DataArguments:
     lazy_preprocess: bool = field(
         default=True,
         metadata={
-            "help": "Kept for compatibility with the reference's scripts; records are always tokenized lazily."
+            "help": "Kept for compatibility with the reference's scripts; records are always tokenized up "
+            "front with datasets' Dataset.map (cached)."
         },
     )
 

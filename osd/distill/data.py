@@ -2,14 +2,14 @@
 
 Symbols: B batch, P padded prompt length, L padded training length.
 
-A dataset item (one record, tokenized lazily):
+A dataset item (one record, tokenized once for the whole set with `Dataset.map`):
     prompt_ids   list[int]  the prompt (osd.prompting.encode_prompt; for encoder-decoder models the
                             query itself plus EOS), unpadded
     input_ids    list[int]  only when the record has an answer: prompt + answer + EOS (decoder-only)
                             or the prompt (encoder-decoder, the encoder's input)
     labels       list[int]  same length as the decoder tokens; -100 on the prompt (decoder-only),
                             the answer + EOS otherwise
-    index        int        the record's index in its file
+    index        int        the record's index in its source (file, or split of a folder / hub dataset)
     dataset/topic/language  str, when the record carries them (per-group alpha)
 
 A training batch (`make_train_batch`), always right-padded:
@@ -22,16 +22,23 @@ A training batch (`make_train_batch`), always right-padded:
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from osd.conversations import GROUP_FIELDS, assistant_answer, load_conversations, record_groups, user_query
+from osd.conversations import (
+    GROUP_FIELDS,
+    ConversationSource,
+    assistant_answer,
+    load_conversation_dataset,
+    record_groups,
+    user_query,
+)
 from osd.prompting import encode_answer, encode_prompt
 
 IGNORE_INDEX = -100
+TRUNCATION_WARNINGS = 5  # truncated records named one by one; the rest are counted
 
 logger = logging.getLogger(__name__)
 
@@ -41,63 +48,103 @@ def truncate_prompt(prompt: list[int], max_len: int) -> list[int]:
     return prompt if len(prompt) <= max_len else prompt[:1] + prompt[len(prompt) - max_len + 1 :]
 
 
+def tokenize_record(
+    record: dict,
+    index: int,
+    tokenizer: PreTrainedTokenizerBase,
+    model_max_length: int,
+    prompt_max_length: int,
+    is_encoder_decoder: bool,
+    query_prefix: str,
+) -> dict:
+    """One record's item (module docstring; None for absent fields) plus `prompt_length`, its prompt's
+    length before truncation to `prompt_max_length`. A `Dataset.map` function."""
+    query = query_prefix + user_query(record)
+    if is_encoder_decoder:  # T5 reads the bare query (its tokenizer appends EOS)
+        full = tokenizer(query).input_ids
+    else:
+        full = encode_prompt(tokenizer, query)
+    prompt = truncate_prompt(full, prompt_max_length)
+    item: dict = {
+        "prompt_ids": prompt,
+        "index": index,
+        "prompt_length": len(full),
+        "input_ids": None,
+        "labels": None,
+    }
+    item.update({name: record_groups(record).get(name) for name in GROUP_FIELDS})
+    answer = assistant_answer(record)
+    if answer is not None:
+        if is_encoder_decoder:
+            item["input_ids"] = prompt
+            item["labels"] = encode_answer(tokenizer, answer)[:model_max_length]
+        else:
+            response = encode_answer(tokenizer, answer)[: model_max_length - len(prompt)]
+            item["input_ids"] = prompt + response
+            item["labels"] = [IGNORE_INDEX] * len(prompt) + response
+    return item
+
+
 class ConversationDataset(Dataset):
-    """The records of a conversation-JSON file, validated at load time and tokenized on access."""
+    """Conversation records (`osd.conversations.load_conversation_dataset`: a file, a folder, a hub
+    dataset name with `split`, or a `datasets.Dataset`), validated and tokenized once with
+    `Dataset.map` (cached by `datasets` when the records come from its cache).
+
+    `records` are the validated records (a `datasets.Dataset`), `items` their tokenized items,
+    `truncated` the indices of records whose prompt was truncated, `name` the source in messages."""
 
     def __init__(
         self,
-        path: str | Path,
+        source: ConversationSource,
         tokenizer: PreTrainedTokenizerBase,
         model_max_length: int = 512,
         is_encoder_decoder: bool = False,
         max_samples: int | None = None,
         prompt_max_length: int | None = None,
         query_prefix: str = "",
+        split: str = "train",
+        flag: str = "--data_path",
     ) -> None:
-        """`prompt_max_length` (decoder-only; default model_max_length - 1) leaves room for generation."""
-        self.path = Path(path)
-        self.query_prefix = query_prefix  # put before every query (--source_prefix)
-        self.records = load_conversations(self.path)[:max_samples]
-        self.tokenizer = tokenizer
-        self.model_max_length = model_max_length
-        self.is_encoder_decoder = is_encoder_decoder
+        """`prompt_max_length` (decoder-only; default model_max_length - 1) leaves room for generation;
+        `query_prefix` goes before every query (--source_prefix)."""
+        records, self.name = load_conversation_dataset(source, split, flag)
+        self.query_prefix = query_prefix
+        self.records = records.select(range(min(max_samples, len(records)))) if max_samples else records
         self.prompt_max_length = (
             model_max_length if is_encoder_decoder else (prompt_max_length or model_max_length - 1)
         )
-        self.truncated: set[int] = set()  # records whose prompt was truncated
+        self.items = self.records.map(
+            tokenize_record,
+            with_indices=True,
+            remove_columns=self.records.column_names,
+            fn_kwargs={
+                "tokenizer": tokenizer,
+                "model_max_length": model_max_length,
+                "prompt_max_length": self.prompt_max_length,
+                "is_encoder_decoder": is_encoder_decoder,
+                "query_prefix": self.query_prefix,
+            },
+            desc="tokenizing",
+        )
+        lengths = self.items["prompt_length"]
+        self.truncated = [i for i, n in enumerate(lengths) if n > self.prompt_max_length]
+        for i in self.truncated[:TRUNCATION_WARNINGS]:
+            logger.warning(
+                "%s, record %d: prompt of %d tokens truncated to its first token and last %d",
+                self.name, i, lengths[i], self.prompt_max_length - 1,
+            )  # fmt: skip
+        if self.truncated:
+            logger.warning(
+                "%s: %d of %d prompts truncated to %d tokens",
+                self.name, len(self.truncated), len(lengths), self.prompt_max_length,
+            )  # fmt: skip
 
     def __len__(self) -> int:
-        return len(self.records)
-
-    def encode_query(self, query: str, index: int) -> list[int]:
-        """Record `index`'s prompt ids, truncated to `prompt_max_length` (each truncated record logged once, counted)."""
-        if self.is_encoder_decoder:  # T5 reads the bare query (its tokenizer appends EOS)
-            prompt = self.tokenizer(query).input_ids
-        else:
-            prompt = encode_prompt(self.tokenizer, query)
-        if len(prompt) > self.prompt_max_length and index not in self.truncated:
-            self.truncated.add(index)
-            logger.warning(
-                "%s, record %d: prompt of %d tokens truncated to its first token and last %d "
-                "(%d records truncated so far)",
-                self.path, index, len(prompt), self.prompt_max_length - 1, len(self.truncated),
-            )  # fmt: skip
-        return truncate_prompt(prompt, self.prompt_max_length)
+        return len(self.items)
 
     def __getitem__(self, index: int) -> dict:
-        record = self.records[index]
-        prompt = self.encode_query(self.query_prefix + user_query(record), index)
-        item: dict = {"prompt_ids": prompt, "index": index, **record_groups(record)}
-        answer = assistant_answer(record)
-        if answer is not None:
-            if self.is_encoder_decoder:
-                item["input_ids"] = prompt
-                item["labels"] = encode_answer(self.tokenizer, answer)[: self.model_max_length]
-            else:
-                response = encode_answer(self.tokenizer, answer)[: self.model_max_length - len(prompt)]
-                item["input_ids"] = prompt + response
-                item["labels"] = [IGNORE_INDEX] * len(prompt) + response
-        return item
+        row = self.items[index]
+        return {k: v for k, v in row.items() if v is not None and k != "prompt_length"}
 
 
 def pad(seqs: list[list[int]], pad_value: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -37,7 +37,7 @@ from transformers import PreTrainedModel
 from transformers.trainer import TRAINING_ARGS_NAME
 
 from osd.cli import parse_train_args
-from osd.conversations import GROUP_FIELDS, record_groups
+from osd.conversations import GROUP_FIELDS
 from osd.distill.callbacks import setup_wandb
 from osd.distill.data import DistillCollator
 from osd.distill.online import OnlineDistillTrainer
@@ -170,9 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
     stream = dataset_loader(data_args, tokenizer, student, teacher, args.max_new_tokens)(
-        data_args.data_path, data_args.max_train_samples
+        data_args.data_path, data_args.max_train_samples, data_args.data_split
     )
-    values = [record_groups(r).get(routing.route_by) for r in stream.records]
+    values = stream.items[routing.route_by]  # None where a record lacks the field
     routes = routing.routes or list(dict.fromkeys(v for v in values if v is not None))
     if not routes:
         raise ValueError(f"{data_args.data_path}: no record has a '{routing.route_by}' field to route by")

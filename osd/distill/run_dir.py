@@ -33,6 +33,7 @@ from typing import Any
 
 from transformers import TrainingArguments
 
+from osd.conversations import open_conversation_dataset
 from osd.distill.callbacks import METRICS_FILE
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ STAGING_DIR = "incomplete"  # checkpoints being written: {output_dir}/incomplete
 FINAL_STATE = "trainer_state.json"  # written last by osd.train: the run finished
 LAST = ("last", "true")  # --resume_from_checkpoint values meaning "the newest complete checkpoint"
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+MAP_CACHE_FILE = re.compile(r"^cache-.*\.arrow$")  # what Dataset.map writes beside a saved dataset
 # what Trainer and osd.train write at the top of --output_dir (model, tokenizer, state, metrics)
 RUN_OUTPUTS = (
     "checkpoint-*", STAGING_DIR, METRICS_FILE, RUN_FILE, FINAL_STATE, "training_args.bin", "config.json",
@@ -66,14 +68,28 @@ class CheckpointError(ValueError):
 # ---- identity ------------------------------------------------------------------------------------
 
 
-def file_digest(path: str | Path, flag: str) -> str:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"--{flag} {path}: no such file")
+def file_digest(path: str | Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return f"sha256:{digest.hexdigest()}"
+
+
+def data_digest(source: str, split: str, flag: str) -> str:
+    """What a --data_path / --eval_data_path holds: a file's sha256; for a folder, the sha256 of its
+    files' names and contents (`Dataset.map` caches aside) and the split; for a hub dataset, its name,
+    split and the `datasets` fingerprint of the cached version."""
+    path = Path(source)
+    if path.is_file():
+        return file_digest(path)
+    if path.is_dir():
+        digest = hashlib.sha256(split.encode())
+        for file in sorted(p for p in path.rglob("*") if p.is_file() and not MAP_CACHE_FILE.match(p.name)):
+            digest.update(f"{file.relative_to(path).as_posix()}={file_digest(file)}".encode())
+        return f"sha256:{digest.hexdigest()}"
+    data, name = open_conversation_dataset(source, split, f"--{flag}")
+    return f"{name}@{data._fingerprint}"
 
 
 def _model_ref(path: str | None) -> str | None:
@@ -92,9 +108,11 @@ def run_identity(model_args: Any, data_args: Any, training_args: TrainingArgumen
         "teacher_model_path": _model_ref(model_args.teacher_model_path),
         "student_dtype": model_args.student_dtype,
         "teacher_dtype": model_args.teacher_dtype,
-        "data_path": file_digest(data_args.data_path, "data_path"),
+        "data_path": data_digest(data_args.data_path, data_args.data_split, "data_path"),
         "eval_data_path": (
-            file_digest(data_args.eval_data_path, "eval_data_path") if data_args.eval_data_path else None
+            data_digest(data_args.eval_data_path, data_args.eval_data_split, "eval_data_path")
+            if data_args.eval_data_path
+            else None
         ),
         "model_max_length": data_args.model_max_length,
         "max_eval_samples": data_args.max_eval_samples,

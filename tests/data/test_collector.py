@@ -124,8 +124,21 @@ def test_hub_path_calls_load_dataset_and_matches_raw(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     gsm8k("--output_dir", str(tmp_path / "hub"))
     assert calls == [("openai/gsm8k", "main", "train", {}), ("openai/gsm8k", "main", "test", {})]
+    monkeypatch.undo()  # raw files are read with the real load_dataset
     gsm8k("--raw_path", str(tmp_path / "raw"), "--output_dir", str(tmp_path / "local"))
     for split in ("train", "test"):
         assert load_conversations(tmp_path / "hub" / f"gsm8k_{split}.json") == load_conversations(
             tmp_path / "local" / f"gsm8k_{split}.json"
         )
+
+
+def test_raw_files_are_read_with_load_dataset_csv_cells_as_text(tmp_path):
+    import datasets
+
+    path = tmp_path / "train.csv"
+    path.write_text('question,answer\nq1,007\n"a, b",\n', encoding="utf-8")
+    read = read_raw_file(path)
+    assert isinstance(read, datasets.Dataset)  # what datasets.load_dataset("csv") returns
+    assert read.to_list() == [{"question": "q1", "answer": "007"}, {"question": "a, b", "answer": ""}]
+    (tmp_path / "train.json").write_text(json.dumps(read.to_list()))
+    assert read_raw_file(tmp_path / "train.json").to_list() == read.to_list()

@@ -311,3 +311,16 @@ def test_missing_model_path_is_named(conversations, tmp_path):
     missing = tmp_path / "models" / "no_such_teacher"
     with pytest.raises(FileNotFoundError, match=f"model path {missing}: no such folder"):
         generate_answer.main(flags(missing, conversations))
+
+
+def test_a_folder_input_is_answered_like_its_file(teacher_dir, conversations, tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    shutil.copy(conversations, folder / "train.json")
+    argv = flags(teacher_dir, folder)
+    with pytest.raises(ValueError, match="is not a file: name the answered file with --output"):
+        generate_answer.main(argv)
+    from_folder = generate_answer.main([*argv, "--output", str(tmp_path / "from_folder.json")])
+    assert load_conversations(from_folder) == load_conversations(
+        generate_answer.main(flags(teacher_dir, conversations))
+    )

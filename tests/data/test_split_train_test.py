@@ -66,3 +66,21 @@ def test_time_bins_skip_empty_bins_and_truncate_eval(tmp_path, capsys):
 def test_time_bins_need_tstamps(tmp_path):
     with pytest.raises(ValueError, match="record 0: time_bins mode needs a numeric 'tstamp'"):
         run(tmp_path, records(3), "--mode", "time_bins")
+
+
+def test_a_folder_input_splits_like_its_file(tmp_path):
+    recs = records(20, [float(i) for i in range(20)])
+    recs[3]["topic"] = "Games"  # a field on one record only: the others' rows hold None, dropped again
+    train, evals = run(tmp_path, recs, "--eval_size", "5", "--seed", "2")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "train.json").write_text(json.dumps(recs))
+    outputs = {"--train_output": tmp_path / "f_train.json", "--eval_output": tmp_path / "f_eval.json"}
+    argv = ["--input", str(folder), "--eval_size", "5", "--seed", "2"]
+    with pytest.raises(
+        ValueError, match="is not a file: name the outputs with --train_output and --eval_output"
+    ):
+        split_train_test.main(argv)
+    split_train_test.main([*argv, *(str(x) for item in outputs.items() for x in item)])
+    assert load_conversations(outputs["--train_output"]) == train
+    assert load_conversations(outputs["--eval_output"]) == evals

@@ -1,7 +1,9 @@
 """osd.streams: abrupt segments, linear drift of mixing proportions, fixed mixes."""
 
+import random
 from collections import Counter
 
+import datasets
 import pytest
 
 from osd.streams import abrupt_stream, drift_stream, mix_stream
@@ -84,3 +86,37 @@ def test_mix_weights_and_uniform_default():
     assert uniform["a"] / 8000 == pytest.approx(0.5, abs=0.02)
     with pytest.raises(ValueError, match="expected non-negative values"):
         mix_stream(sources, 10, [1, -1])
+
+
+def reference_drift(sources: dict[str, list[dict]], n: int, start: list[float], end: list[float], seed: int):
+    """The documented drift rule, written out: (source, record id) per position."""
+    rng, taken, out = random.Random(seed), dict.fromkeys(sources, 0), []
+    for i in range(n):
+        name = rng.choices(
+            list(sources), weights=[s + (e - s) * i / n for s, e in zip(start, end, strict=True)]
+        )[0]
+        out.append((name, sources[name][taken[name] % len(sources[name])]["id"]))
+        taken[name] += 1
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_datasets_sources_give_the_same_streams_as_lists(seed):
+    """Sources read as datasets.Dataset (as prepare_online reads them) give the records, order and
+    fields that lists give, and the documented rules; fields a Dataset row holds as None stay absent."""
+    lists = {"a": source("a", 5), "b": source("b", 3, topic="Games"), "c": source("c", 4, language="French")}
+    sets = {name: datasets.Dataset.from_list(records) for name, records in lists.items()}
+    assert sets["a"][0].keys() == lists["a"][0].keys()  # (no None columns within one source)
+    mixed = {"ba": lists["b"] + lists["a"]}  # a topic on some records only: None in the Dataset's rows
+    assert datasets.Dataset.from_list(mixed["ba"])[3]["topic"] is None
+    assert abrupt_stream({n: datasets.Dataset.from_list(r) for n, r in mixed.items()}, [9]) == abrupt_stream(
+        mixed, [9]
+    )
+    assert abrupt_stream(sets, [4, 6, 2]) == abrupt_stream(lists, [4, 6, 2])
+    drift = drift_stream(sets, 400, [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], seed)
+    assert drift == drift_stream(lists, 400, [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], seed)
+    assert [(r["dataset"], r["id"]) for r in drift] == reference_drift(
+        lists, 400, [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], seed
+    )
+    assert mix_stream(sets, 300, [3, 1, 1], seed) == mix_stream(lists, 300, [3, 1, 1], seed)
+    assert [r["stream_index"] for r in drift] == list(range(400))
