@@ -51,11 +51,12 @@ def hf_method(target, max_new_tokens: int, eos: int, pad: int, **kwargs) -> Meth
 
 
 def domain_rows(methods: dict[str, Method], prompts: list[torch.Tensor], domain: str) -> list[dict]:
-    """Every method over every prompt, interleaved; one row per method, speedups over "target only"."""
+    """Every method over every prompt, interleaved (in reverse order at every other prompt, so that no
+    method always follows the same one); one row per method, speedups over "target only"."""
     totals = {name: [0, 0.0, 0.0, 0, 0] for name in methods}
-    for ids in prompts:
-        for name, method in methods.items():
-            totals[name] = [a + b for a, b in zip(totals[name], method(ids), strict=True)]
+    for i, ids in enumerate(prompts):
+        for name in list(methods)[:: -1 if i % 2 else 1]:
+            totals[name] = [a + b for a, b in zip(totals[name], methods[name](ids), strict=True)]
     base = totals["target only"][0] / totals["target only"][1]
     rows = []
     for name, (tokens, seconds, alpha_sum, proposed, steps) in totals.items():

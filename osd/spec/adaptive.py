@@ -10,18 +10,26 @@ sums decayed by 1 - 1/window per proposal, starting from `alpha` worth `prior_we
 a per-step moving average was too noisy at alpha ~0.2 and gamma 1, where a step is one 0/1
 observation), t_draft the draft's single-token step and t_verify(k) the target's
 forward over k + 1 tokens, both measured once per batch size on this machine
-(`osd.spec.timing.step_time`; or given with `set_costs`). The engine then reports the time of
-every verification it runs (`observe_verify`): t_verify(k) becomes a running average of those
-timings once k has been run at that batch size, and the k not run yet are scaled by how far the
-run ones came out from their measurement, and so is the draft step (a short measurement on a busy
-machine is noisy, and it misses the engine's own per-step work). k = 0 is plain target decoding, chosen
-when no k pays (a useless draft). At k = 0 the estimate gets no news, so after `probe_every` steps
-without a proposal one step proposes a single token. One policy may serve many `generate` calls
+(`osd.spec.timing.step_time`; or given with `set_costs`).
+
+Costs are noisy on a shared machine, and a wrong one kept the policy on a losing k. So:
+- the measured t_verify(k) is smoothed by a straight line t0 + d * k fitted robustly (Theil-Sen:
+  median slope over all pairs), so that one slow repetition cannot make k + 1 tokens look cheaper
+  than k;
+- the engine reports the time of every verification it runs (`observe_verify`); for a k run in the
+  last `fresh_steps` verifications, t_verify(k) is a running average of its timings (each moves it
+  `timing_weight` of the way, from the estimate it had); any other k (and the draft step) is the
+  line scaled by how far the fresh ones came out from it;
+- every `probe_every` steps the runner-up k runs instead of the best, so that the choice rests on
+  fresh timings and, at k = 0 (plain target decoding, chosen when no k pays: a useless draft), the
+  alpha estimate still gets news.
+One policy may serve many `generate` calls
 (online serving keeps one): its estimate carries over from query to query.
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 from dataclasses import dataclass, field
 
@@ -38,25 +46,47 @@ class StepCosts:
 
     draft_s: float
     verify_s: list[float]  # [max_gamma + 1], measured
-    observed_s: list[float | None] = field(default_factory=list)  # [max_gamma + 1], None: not run yet
+    fresh_steps: int = 64  # an observed timing counts for this many verifications
+    observed_s: list[float | None] = field(init=False)  # [max_gamma + 1], running averages
+    seen_at: list[int] = field(init=False)  # [max_gamma + 1], verification count when last run
+    count: int = field(init=False, default=0)
+    line: tuple[float, float] = field(init=False)  # (t0, d): the measurement's Theil-Sen line
+    _scale: float = field(init=False, default=1.0)
+    _scale_at: int = field(init=False, default=0)  # count at which _scale was computed
 
     def __post_init__(self) -> None:
-        self.observed_s = self.observed_s or [None] * len(self.verify_s)
+        ks = range(len(self.verify_s))
+        slopes = [(self.verify_s[j] - self.verify_s[i]) / (j - i) for i in ks for j in ks if j > i]
+        slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
+        self.line = (statistics.median(v - slope * k for k, v in enumerate(self.verify_s)), slope)
+        self.observed_s, self.seen_at = [None] * len(self.verify_s), [0] * len(self.verify_s)
+
+    def _fitted(self, k: int) -> float:
+        return self.line[0] + self.line[1] * k
+
+    def _fresh(self, k: int) -> bool:
+        return self.observed_s[k] is not None and self.count - self.seen_at[k] < self.fresh_steps
 
     def scale(self) -> float:
-        """How much slower than measured the machine runs now: the median ratio observed / measured
-        over the k already run (1 before any)."""
-        ratios = [o / m for o, m in zip(self.observed_s, self.verify_s, strict=True) if o is not None]
-        return statistics.median(ratios) if ratios else 1.0
+        """How much slower than measured the machine runs now: the median ratio observed / fitted over
+        the freshly run k (1 before any); computed once per observation."""
+        if self._scale_at != self.count:
+            ks = range(len(self.verify_s))
+            ratios = [self.observed_s[k] / self._fitted(k) for k in ks if self._fresh(k)]
+            self._scale, self._scale_at = (statistics.median(ratios) if ratios else 1.0), self.count
+        return self._scale
 
     def verify(self, k: int) -> float:
-        """t_verify(k): the running average of the engine's timings, else the measurement scaled."""
-        observed = self.observed_s[k]
-        return observed if observed is not None else self.verify_s[k] * self.scale()
+        """t_verify(k): the running average of the engine's fresh timings, else the fitted line scaled."""
+        return self.observed_s[k] if self._fresh(k) else self._fitted(k) * self.scale()
 
     def observe(self, k: int, seconds: float, weight: float) -> None:
-        old = self.observed_s[k]
-        self.observed_s[k] = seconds if old is None else old + weight * (seconds - old)
+        """A verification over k + 1 tokens took `seconds`: its running average moves `weight` of the
+        way there, starting from the current estimate (one timing, however odd, moves it a little)."""
+        old = self.verify(k)
+        self.count += 1
+        self.observed_s[k] = old + weight * (seconds - old)
+        self.seen_at[k] = self.count
 
     def tokens_per_second(self, alpha: float, k: int) -> float:
         return expected_tokens_per_step(alpha, k) / (k * self.draft_s * self.scale() + self.verify(k))
@@ -68,11 +98,11 @@ class GammaPolicy:
     alpha: float = 0.5  # the estimate before any step (updated in place)
     window: int = 64  # proposals the estimate remembers
     prior_weight: float = 4.0  # proposals the initial alpha counts for
-    probe_every: int = 16
+    probe_every: int = 16  # every probe_every-th step runs the runner-up k
     context: int = 64  # context length at which costs are measured
     timing_weight: float = 0.125  # weight of the newest verification timing in its running average
     costs: dict[int, StepCosts] = field(default_factory=dict)  # by batch size
-    _steps_without_proposal: int = 0
+    _choices: int = 0  # steps chosen so far (every probe_every-th runs the runner-up)
     _accepted: float = field(init=False)  # decayed sum of exact alpha over proposals
     _proposed: float = field(init=False)  # decayed count of proposals
 
@@ -81,6 +111,8 @@ class GammaPolicy:
             raise ValueError(
                 f"GammaPolicy needs max_gamma >= 1 and window >= 1, got {self.max_gamma}, {self.window}"
             )
+        if not 0.0 <= self.timing_weight <= 1.0:
+            raise ValueError(f"timing_weight must lie in [0, 1], got {self.timing_weight}")
         if not 0.0 <= self.alpha <= 1.0 or self.prior_weight <= 0:
             raise ValueError(
                 f"need alpha in [0, 1] and prior_weight > 0, got {self.alpha}, {self.prior_weight}"
@@ -112,10 +144,9 @@ class GammaPolicy:
         measured for the first batch size seen; as rows finish, the batch shrinks one row at a time,
         and the measured size nearest above it stands in (measuring each would cost seconds)."""
         costs = self._costs_for(batch) or self.measure_costs(draft, target, batch)
-        k = max(range(self.max_gamma + 1), key=lambda g: costs.tokens_per_second(self.alpha, g))
-        if k == 0 and self._steps_without_proposal >= self.probe_every:
-            return 1
-        return k
+        ranked = sorted(range(self.max_gamma + 1), key=lambda g: -costs.tokens_per_second(self.alpha, g))
+        self._choices += 1
+        return ranked[1] if self._choices % self.probe_every == 0 else ranked[0]
 
     def _costs_for(self, batch: int) -> StepCosts | None:
         """The costs of `batch` rows: its own, or those of the nearest larger size (None: none known)."""
@@ -129,15 +160,13 @@ class GammaPolicy:
             stand_in = self._costs_for(batch)
             if stand_in is None:
                 return
-            self.costs[batch] = StepCosts(stand_in.draft_s, list(stand_in.verify_s), list(stand_in.observed_s))
+            self.costs[batch] = copy.deepcopy(stand_in)
         self.costs[batch].observe(k, seconds, self.timing_weight)
 
     def observe(self, alpha_sum: float, counted: int) -> None:
         """Update the estimate with a step's exact acceptance (sum over its `counted` proposals)."""
         if counted == 0:
-            self._steps_without_proposal += 1
             return
-        self._steps_without_proposal = 0
         decay = (1.0 - 1.0 / self.window) ** counted
         self._accepted = decay * self._accepted + alpha_sum
         self._proposed = decay * self._proposed + counted
