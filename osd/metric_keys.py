@@ -43,6 +43,7 @@ ACCEPTED_LENGTH = "accepted_length"
 QUERIES_SERVED = "queries_served"
 ONLINE_LOSS = "online_loss"
 UPDATE_TIME_SHARE = "update_time_share"
+BACKGROUND_UPDATE_SHARE = "background_update_share"
 EVAL_PREFIX = "eval_"  # Trainer.evaluate's metric_key_prefix, with its separator
 LEGACY_QUERIES = "queries"  # the counter's name before `queries_served`
 GROUP_KEY = re.compile(rf"^{ALPHA}/({'|'.join(GROUP_FIELDS)})/(.+)$")

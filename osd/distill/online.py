@@ -77,6 +77,7 @@ from osd.metric_keys import (
     ALPHA,
     ALPHA_CUMULATIVE,
     ALPHA_WINDOW,
+    BACKGROUND_UPDATE_SHARE,
     ONLINE_LOSS,
     QUERIES_SERVED,
     UPDATE_TIME_SHARE,
@@ -242,7 +243,7 @@ class OnlineState:
             "online_updates": self.updates,
             "serve_time_s": self.serve_time_s,  # the engine's time on every query so far
             UPDATE_TIME_SHARE: self.update_time_s / self.serve_time_s if self.serve_time_s else 0.0,
-            "background_update_share": self.background_update_time_s / self.serve_time_s
+            BACKGROUND_UPDATE_SHARE: self.background_update_time_s / self.serve_time_s
             if self.serve_time_s
             else 0.0,
             "buffer_peak_mb": self.max_buffer_bytes / 2**20,
