@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "data_path": str(out.resolve() / "stream.json"),
                 "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}",
             }
-        ),  # fmt: skip
+        ),
     )
     trainer.remove_callback(PrinterCallback)  # the progress bar shows alpha; no dict per query
     trainer.train()

@@ -190,8 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         ),
         processing_class=tokenizer,
         run_identity=identity,
-        run_info={"student_model_path": model_args.student_model_path, "data_path": data_args.data_path,
-                  "route_by": routing.route_by},  # fmt: skip
+        run_info={
+            "student_model_path": model_args.student_model_path,
+            "data_path": data_args.data_path,
+            "route_by": routing.route_by,
+        },
     )
     if plan.is_finished(trainer.planned_max_steps()):
         return
