@@ -171,12 +171,14 @@ def run_config(args: TrainingArguments, **entries: Any) -> dict[str, Any]:
 
 
 def default_run_name(config: dict[str, Any]) -> str:
-    """`{mode}-[{sample_source}-]{kl_method}-g{gamma}-{student}-{teacher}-{stream or data}` from a run_config
-    (the sample source only offline: online mode distils on the served tokens)."""
+    """`{mode}-[{sample_source}-]{kl_method}-g{gamma}-{student}-{teacher}-{stream or data}[-by-{route_by}]`
+    from a run_config (the sample source only offline: online mode distils on the served tokens)."""
     data = config["stream"] if config["mode"] == "online" else config["data_path"]
+    routed = config.get("route_by")
     parts = [config["mode"], config["sample_source"] if config["mode"] == "offline" else None,
              config["kl_method"], f"g{config['gamma']}", _short(config["student_model_path"]),
-             _short(config["teacher_model_path"]), Path(str(data)).stem if data else None]  # fmt: skip
+             _short(config["teacher_model_path"]), Path(str(data)).stem if data else None,
+             f"by-{routed}" if routed else None]  # fmt: skip
     return "-".join(str(p) for p in parts if p)
 
 
@@ -212,14 +214,15 @@ class OsdWandbCallback(WandbCallback):
         if logs and QUERIES_SERVED in logs and state.is_world_process_zero:
             if not self._initialized:
                 self.setup(args, state, model)
-            self._define_online_metrics(logs)
+            if self._wandb.run is not None:
+                self._define_online_metrics(logs)
         super().on_log(args, state, control, model=model, logs=logs, **kwargs)
 
     def _define_online_metrics(self, logs: dict[str, float]) -> None:
         """Each key of an online entry, the first time it is logged (per-group keys appear with their
         groups), plotted over queries served."""
         x_axis = wandb_key(QUERIES_SERVED)
-        for key in map(wandb_key, logs):
+        for key in map(wandb_key, logs.keys() - {"epoch"}):  # Trainer adds epoch to every entry: its own axis
             if key not in self._defined and "*" not in key:  # a '*' would make a glob
                 self._wandb.run.define_metric(key, step_metric=None if key == x_axis else x_axis)
                 self._defined.add(key)
