@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from osd.metric_keys import (
     ACCEPTED_LENGTH,
@@ -35,6 +36,9 @@ from osd.metric_keys import (
     group_key,
     wandb_key,
 )
+
+if TYPE_CHECKING:  # wandb-workspaces comes with the [wandb] extra: imported when a workspace is built
+    from wandb_workspaces.workspaces import Workspace
 
 NAME = "OSD acceptance rate"
 ONLINE_X = wandb_key(QUERIES_SERVED)
@@ -84,7 +88,7 @@ def sections() -> dict[str, list[PanelSpec]]:
     }  # fmt: skip
 
 
-def build_workspace(entity: str, project: str, name: str = NAME):
+def build_workspace(entity: str, project: str, name: str = NAME) -> Workspace:
     """The wandb_workspaces Workspace of `sections()` (built offline)."""
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
@@ -109,12 +113,12 @@ def build_workspace(entity: str, project: str, name: str = NAME):
     )
 
 
-def spec_json(workspace) -> str:
-    """The view spec that saving the workspace sends (wandb_workspaces' own serialisation)."""
+def spec_json(workspace: Workspace) -> str:
+    """The view spec that saving the workspace sends (wandb_workspaces' own serialisation, as `save` does)."""
     return workspace._to_model().spec.model_dump_json(by_alias=True, exclude_none=True, indent=1)
 
 
-def save(workspace, url: str | None = None) -> str:
+def save(workspace: Workspace, url: str | None = None) -> str:
     """Create the workspace, or (url) replace the sections of the saved one at `url`; its URL."""
     if url is not None:
         import wandb_workspaces.workspaces as ws

@@ -15,6 +15,7 @@ from typing import IO, Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.integrations import WandbCallback
 
+from osd.distill.config import DistillTrainingArguments
 from osd.metric_keys import QUERIES_SERVED, wandb_key
 
 logger = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ def setup_wandb(report_to: list[str] | str | None) -> None:
         )
 
 
-def run_config(args: TrainingArguments, **entries: Any) -> dict[str, Any]:
+def run_config(args: DistillTrainingArguments, **entries: Any) -> dict[str, Any]:
     """What a wandb run records about an osd run besides TrainingArguments: the models, the data, the stream
     (in online mode, by default, --data_path), the method. `entries` give the first and add others."""
     config = {"student_model_path": None, "teacher_model_path": None, "data_path": None,
