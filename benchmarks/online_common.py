@@ -22,6 +22,8 @@ import torch
 
 from osd.conversations import load_conversations, save_conversations
 from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
+from osd.metric_keys import ALPHA, ALPHA_WINDOW, QUERIES_SERVED
+from osd.plots import read_log
 
 NEVER = 10**9  # an update interval no stream reaches: the draft stays as it is
 # draft tokens per step in the alpha figures (recorded with 4). The cost model's best gamma for the
@@ -121,14 +123,13 @@ def run_offline(
 
 def read_entries(out_dir: Path) -> list[dict]:
     """The online log entries (one per query) of a run folder."""
-    lines = (out_dir / "metrics.jsonl").read_text().splitlines()
-    return [e for e in map(json.loads, lines) if "alpha_window" in e]
+    return [e for e in read_log(out_dir) if ALPHA_WINDOW in e]
 
 
-def alpha_over(entries: Sequence[dict], start: int, end: int, group: str | None = None) -> float:
-    """Token-weighted alpha over queries start+1..end (optionally only those of one group value)."""
-    key = "alpha" if group is None else f"alpha_{group}"
-    picked = [e for e in entries if start < e["queries"] <= end and key in e and e["proposed"]]
+def alpha_over(entries: Sequence[dict], start: int, end: int, key: str = ALPHA) -> float:
+    """Token-weighted alpha over queries start+1..end; with a group's key (osd.metric_keys.group_key),
+    over that group's queries only."""
+    picked = [e for e in entries if start < e[QUERIES_SERVED] <= end and key in e and e["proposed"]]
     proposed = sum(e["proposed"] for e in picked)
     return sum(e[key] * e["proposed"] for e in picked) / proposed if proposed else math.nan
 

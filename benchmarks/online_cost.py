@@ -30,6 +30,7 @@ from benchmarks.online_common import (
     save_results,
 )
 from osd.demo import DOMAINS
+from osd.metric_keys import QUERIES_SERVED
 
 MODES = {"synchronous": [], "background": ["--online_background_update", "True"]}
 
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "updates": last["online_updates"],
                         "update time / serving time": last["update_time_share"],
                         "background / serving time": last["background_update_share"],
-                        "serving s / query": last["serve_time_s"] / last["queries"],
+                        "serving s / query": last["serve_time_s"] / last[QUERIES_SERVED],
                         "peak buffer (MB)": last["buffer_peak_mb"],
                         "alpha (cumulative)": last["alpha_cumulative"],
                     }

@@ -27,6 +27,7 @@ from benchmarks.online_common import (
     save_results,
 )
 from osd.demo import DOMAINS
+from osd.metric_keys import group_key
 from osd.plots import alpha_series, dataset_bands, plot_alpha
 from osd.streams import abrupt_stream, drift_stream, mix_stream
 
@@ -86,11 +87,13 @@ def main(argv: list[str] | None = None) -> dict:
                 "online": alpha_over(online, a, b),
             }
             for d in args.domains:
-                row[f"online {d}"] = alpha_over(online, a, b, group=d)
+                row[f"online {d}"] = alpha_over(online, a, b, group_key("dataset", d))
             rows.append(row)
     curves = {name: alpha_series(e) for name, e in runs.items()}
     if args.kind != "abrupt":  # the domains are interleaved: one online curve per domain too
-        curves |= {f"online, {d} queries": alpha_series(online, f"alpha_{d}") for d in args.domains}
+        curves |= {
+            f"online, {d} queries": alpha_series(online, group_key("dataset", d)) for d in args.domains
+        }
     plot_alpha(
         curves,
         out / "alpha.png",

@@ -3,11 +3,12 @@
     python -m osd.plots outputs/online_demo/metrics.jsonl --out alpha.png \
         --reference Standard=0.41 --reference offline=0.72 --stream data/local/shift_stream.json
 
-Each online log entry carries `queries` (queries served so far) and `alpha` (token-weighted over
-the queries since the previous entry); the curve is its moving average over --window queries.
+Each online log entry carries `queries_served` and `alpha` (token-weighted over the queries since the
+previous entry; names: osd.metric_keys); the curve is its moving average over --window queries.
 Optional: horizontal reference lines (Standard SD, an offline-distilled draft), shaded bands for
 the datasets of the stream (from the records' `dataset` field, in stream order), per-group curves
-(`alpha_{group}` keys).
+(--groups dataset/sql topic/shop: the `alpha/{field}/{value}` keys). Logs written before that scheme
+(`queries`, `alpha_{value}`) are read too: give such groups by value alone (--groups sql).
 """
 
 from __future__ import annotations
@@ -24,25 +25,46 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from osd.conversations import load_conversations  # noqa: E402
 from osd.distill.callbacks import METRICS_FILE, read_jsonl  # noqa: E402
+from osd.metric_keys import ALPHA, GROUP_KEY, QUERIES_SERVED, upgrade_entry  # noqa: E402
 
 Series = tuple[list[float], list[float]]  # x = queries served, y = alpha
 
 
 def read_log(path: str | Path) -> list[dict]:
-    """The entries of a metrics.jsonl file, or of `{path}/metrics.jsonl` for a run folder."""
+    """The entries of a metrics.jsonl file, or of `{path}/metrics.jsonl` for a run folder (older logs'
+    counter renamed: osd.metric_keys.upgrade_entry)."""
     path = Path(path)
-    return read_jsonl(path / METRICS_FILE if path.is_dir() else path)
+    return [upgrade_entry(e) for e in read_jsonl(path / METRICS_FILE if path.is_dir() else path)]
 
 
-def alpha_series(entries: Sequence[dict], key: str = "alpha") -> Series:
-    """(queries, alpha) of the online log entries that carry `key` (finite values only)."""
+def alpha_series(entries: Sequence[dict], key: str = ALPHA) -> Series:
+    """(queries served, alpha) of the online log entries that carry `key` (finite values only)."""
     xs, ys = [], []
     for entry in entries:
         value = entry.get(key)
-        if "queries" in entry and isinstance(value, (int, float)) and math.isfinite(value):
-            xs.append(float(entry["queries"]))
+        if QUERIES_SERVED in entry and isinstance(value, (int, float)) and math.isfinite(value):
+            xs.append(float(entry[QUERIES_SERVED]))
             ys.append(float(value))
     return xs, ys
+
+
+def group_series_key(entries: Sequence[dict], group: str) -> str:
+    """The key of a --groups value: `alpha/{group}` for FIELD/VALUE; for a bare VALUE, the one
+    `alpha/{field}/VALUE` the log has, else an older log's `alpha_VALUE`."""
+    keys = {k for e in entries for k in e}
+    if "/" in group:
+        candidates = [f"{ALPHA}/{group}"]
+    else:
+        candidates = sorted(k for k in keys if (m := GROUP_KEY.match(k)) and m.group(2) == group)
+        candidates += [f"{ALPHA}_{group}"]
+    found = [k for k in candidates if k in keys]
+    if len(found) != 1:
+        known = sorted(k for k in keys if GROUP_KEY.match(k))
+        raise SystemExit(
+            f"--groups {group}: {'no' if not found else 'more than one'} matching key ({found or candidates}); "
+            f"the log's per-group keys: {known}"
+        )
+    return found[0]
 
 
 def moving_average(xs: Sequence[float], ys: Sequence[float], window: float) -> Series:
@@ -149,7 +171,10 @@ def main(argv: list[str] | None = None) -> None:
         "--reference", action="append", type=_parse_reference, default=[], help="LABEL=ALPHA line"
     )
     parser.add_argument("--stream", help="the stream's conversation JSON: shade its datasets")
-    parser.add_argument("--groups", nargs="*", default=[], help="also plot alpha_{group} of the first run")
+    parser.add_argument(
+        "--groups", nargs="*", default=[],
+        help="also plot these groups of the first run: FIELD/VALUE (dataset/sql), or VALUE alone",
+    )  # fmt: skip
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
     labels = args.label or [
@@ -163,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         first = entries if first is None else first
         runs[label] = alpha_series(entries)
     for group in args.groups:
-        runs[f"{labels[0]}: {group}"] = alpha_series(first, f"alpha_{group}")
+        runs[f"{labels[0]}: {group}"] = alpha_series(first, group_series_key(first, group))
     bands = (
         dataset_bands([r.get("dataset", "?") for r in load_conversations(args.stream)]) if args.stream else ()
     )

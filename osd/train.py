@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         data_collator=collator,
         processing_class=tokenizer,
         run_identity=identity,
+        run_info={"data_path": data_args.data_path, "eval_data_path": data_args.eval_data_path},
     )
     if plan.is_finished(trainer.planned_max_steps()):
         return final_eval(plan.finished["log_history"], plan.finished["global_step"])

@@ -109,6 +109,13 @@ def test_demo_online_runs_every_step_with_repository_files(tmp_path, stub):
     assert flag(train, "--student_model_path") == str(ROOT / "osd/demo/models/draft")
     assert flag(train, "--teacher_model_path") == str(ROOT / "osd/demo/models/target")
     assert plots[:3] == ["-m", "osd.plots", "runs/on/metrics.jsonl"]
+    assert flag(train, "--report_to") == "none"
+
+
+def test_demo_online_reports_to_wandb_on_request(tmp_path, stub):
+    run = run_script("demo/online.sh", ["runs/on"], tmp_path, stub, REPORT_TO="wandb")
+    assert run.returncode == 0, run.stderr
+    assert flag(calls(tmp_path)[1]["argv"], "--report_to") == "wandb"
 
 
 def test_default_python_is_the_project_venv(tmp_path):

@@ -6,6 +6,7 @@
 #
 #   bash bash_scripts/demo/online.sh runs/demo_online
 #   PER_DOMAIN=200 UPDATE_INTERVAL=8 bash bash_scripts/demo/online.sh runs/demo_online_long teacher jsd
+#   REPORT_TO=wandb bash bash_scripts/demo/online.sh runs/demo_online   # also to wandb (offline without a key)
 #
 # Arguments: {savepath} [sample_source (ignored online)] [kl_method]
 # Rerunning the same command continues the run from its last checkpoint (or does nothing once it has
@@ -20,6 +21,7 @@ KL_METHOD=${3:-forward}
 PER_DOMAIN=${PER_DOMAIN:-60}
 UPDATE_INTERVAL=${UPDATE_INTERVAL:-1}
 LR=${LR:-1e-4}
+REPORT_TO=${REPORT_TO:-none}
 STUDENT=${STUDENT:-$ROOT/osd/demo/models/draft}
 TEACHER=${TEACHER:-$ROOT/osd/demo/models/target}  # SmolLM2-135M-Instruct, converted by bash_scripts/setup_env.sh
 STREAM="$SAVEPATH/stream.json"
@@ -36,7 +38,7 @@ mkdir -p "$SAVEPATH"
     --teacher_dtype bfloat16 --draft_serving_dtype bfloat16 \
     --output_dir "$SAVEPATH" --num_train_epochs 1 --per_device_train_batch_size 1 \
     --learning_rate "$LR" --lr_scheduler_type constant --weight_decay 0 --max_grad_norm 0 \
-    --save_strategy steps --save_steps 100 --logging_steps 20 --use_cpu True --report_to none \
+    --save_strategy steps --save_steps 100 --logging_steps 20 --use_cpu True --report_to "$REPORT_TO" \
     --resume_from_checkpoint last
 "$PYTHON" -m osd.plots "$SAVEPATH/metrics.jsonl" --label online --stream "$STREAM" --out "$SAVEPATH/alpha.png" \
     --window 20 --title "SmolLM2-135M target, online, update every $UPDATE_INTERVAL"

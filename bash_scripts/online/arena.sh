@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Chatbot-Arena queries of one topic or language (data/arena/{file}.json from data/label_arena.py).
-# Alpha per query and per dataset (alpha_{dataset}) goes to wandb and {savepath}/metrics.jsonl;
+# Alpha per query and per dataset (alpha/dataset/{dataset}) goes to wandb and {savepath}/metrics.jsonl;
 # plot it with: python -m osd.plots {savepath}/metrics.jsonl --stream $DATA --out {savepath}/alpha.png
 #
 #   bash bash_scripts/online/arena.sh runs/arena {file}

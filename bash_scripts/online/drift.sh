@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gradual drift: the share of gsm8k/spider/finance queries moves linearly from (0.1, 0.8, 0.1) to
 # (0.8, 0.1, 0.1) over 6000 queries (data/smooth.json from `python data/prepare_online.py`).
-# Alpha per query and per dataset (alpha_{dataset}) goes to wandb and {savepath}/metrics.jsonl;
+# Alpha per query and per dataset (alpha/dataset/{dataset}) goes to wandb and {savepath}/metrics.jsonl;
 # plot it with: python -m osd.plots {savepath}/metrics.jsonl --stream $DATA --out {savepath}/alpha.png
 #
 #   bash bash_scripts/online/drift.sh runs/drift

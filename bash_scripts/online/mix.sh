@@ -2,7 +2,7 @@
 # A random mix of datasets (the reference's two_mix): build the stream with
 # python data/prepare_online.py --kind mix --inputs gsm8k=data/raw_data/gsm8k_train.json \
 #     finance=data/raw_data/gbharti_finance-alpaca_train.json --n 4000 --output data/mix.json
-# Alpha per query and per dataset (alpha_{dataset}) goes to wandb and {savepath}/metrics.jsonl;
+# Alpha per query and per dataset (alpha/dataset/{dataset}) goes to wandb and {savepath}/metrics.jsonl;
 # plot it with: python -m osd.plots {savepath}/metrics.jsonl --stream $DATA --out {savepath}/alpha.png
 #
 #   bash bash_scripts/online/mix.sh runs/mix

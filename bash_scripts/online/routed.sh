@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Several drafts routed by query class (the paper's Fig. 6): one draft per --route_by value, each
 # distilled on its own queries; compare with arena.sh/mix.sh on the same stream (one shared draft).
-# Alpha per query and per dataset (alpha_{dataset}) goes to wandb and {savepath}/metrics.jsonl;
+# Alpha per query and per dataset (alpha/dataset/{dataset}) goes to wandb and {savepath}/metrics.jsonl;
 # plot it with: python -m osd.plots {savepath}/metrics.jsonl --stream $DATA --out {savepath}/alpha.png
 #
 #   bash bash_scripts/online/routed.sh runs/routed [route_by]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Abrupt distribution shifts (the paper's Fig. 3): gsm8k, then spider, then finance, 2000 queries each
 # (data/sharp.json from `python data/prepare_online.py`), one draft distilled online, update every query.
-# Alpha per query and per dataset (alpha_{dataset}) goes to wandb and {savepath}/metrics.jsonl;
+# Alpha per query and per dataset (alpha/dataset/{dataset}) goes to wandb and {savepath}/metrics.jsonl;
 # plot it with: python -m osd.plots {savepath}/metrics.jsonl --stream $DATA --out {savepath}/alpha.png
 #
 #   bash bash_scripts/online/sharp.sh runs/sharp

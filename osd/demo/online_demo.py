@@ -14,7 +14,9 @@ compares alpha of Standard speculative decoding (the untouched draft) with the o
 it served them, and one compares latency: the target alone, Standard SD and the online draft
 (tokens/s and speedup; the online figures are the engine's times while serving the stream, the
 updates apart, whose share is printed too). A PNG plots alpha over the stream.
-Outputs: {output_dir}/alpha.png, summary.json, metrics.jsonl, the final draft.
+Outputs: {output_dir}/alpha.png, summary.json, metrics.jsonl, the final draft. With --report_to wandb
+the run also goes to wandb (offline without an API key), named after its models and stream unless
+--run_name is given; `python -m osd.dashboard` builds the acceptance-rate dashboard for it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from transformers import PrinterCallback, TrainerCallback
 from osd.conversations import save_conversations
 from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.demo.target import TARGET_NAME
+from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer, QueryStats
@@ -153,7 +156,13 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument("--output_dir", default="outputs/online_demo")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--report_to", nargs="+", default=["none"],
+        help="TrainingArguments.report_to: e.g. wandb (offline without an API key; dashboard: osd.dashboard)",
+    )  # fmt: skip
+    parser.add_argument("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
+    setup_wandb(args.report_to)
     torch.set_num_threads(args.threads)
     out = Path(args.output_dir)
     shutil.rmtree(out, ignore_errors=True)  # a fresh run, not a resume of an older one
@@ -177,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
         kl_method=args.kl_method, online_loss_positions=args.loss_positions, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
         online_update_interval=args.update_interval, online_eval_interval=1, online_alpha_window=args.tail,
         draft_serving_dtype=args.draft_dtype, eval_on_start=False, save_strategy="no", logging_steps=10**9,
-        report_to="none", use_cpu=True, disable_tqdm=True, seed=0,
+        report_to=args.report_to, run_name=args.run_name, use_cpu=True, disable_tqdm=True, seed=0,
     )  # fmt: skip
     trainer = OnlineDistillTrainer(
         model=draft,
@@ -187,6 +196,14 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=DistillCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
         callbacks=[AlphaProgress(stream)],
+        run_info=repo_relative(
+            {
+                "student_model_path": args.draft,
+                "teacher_model_path": args.target,
+                "data_path": str(out.resolve() / "stream.json"),
+                "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}",
+            }
+        ),
     )
     trainer.remove_callback(PrinterCallback)  # the progress bar shows alpha; no dict per query
     trainer.train()

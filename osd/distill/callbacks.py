@@ -1,15 +1,22 @@
-"""Metrics that never get lost: every log line in `{output_dir}/metrics.jsonl`, and wandb that never blocks."""
+"""Metrics that never get lost: every log line in `{output_dir}/metrics.jsonl`; wandb that never blocks
+(`setup_wandb`), with the run's models, data and method in its config, a default name and queries served as
+the x-axis of the online metrics (`OsdWandbCallback`). Metric names: osd.metric_keys."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import netrc
 import os
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.integrations import WandbCallback
+
+from osd.distill.config import DistillTrainingArguments
+from osd.metric_keys import QUERIES_SERVED, wandb_key
 
 logger = logging.getLogger(__name__)
 
@@ -150,3 +157,73 @@ def setup_wandb(report_to: list[str] | str | None) -> None:
         logger.warning(
             "No wandb API key (WANDB_API_KEY or ~/.netrc): wandb logs offline; run `wandb sync` later."
         )
+
+
+def run_config(args: DistillTrainingArguments, **entries: Any) -> dict[str, Any]:
+    """What a wandb run records about an osd run besides TrainingArguments: the models, the data, the stream
+    (in online mode, by default, --data_path), the method. `entries` give the first and add others."""
+    config = {"student_model_path": None, "teacher_model_path": None, "data_path": None,
+              "eval_data_path": None, "stream": None, "mode": args.mode, "sample_source": args.sample_source,
+              "kl_method": args.kl_method, "gamma": args.max_propose_num}  # fmt: skip
+    config |= {k: str(v) if isinstance(v, Path) else v for k, v in entries.items()}
+    if config["stream"] is None and args.mode == "online":
+        config["stream"] = config["data_path"]
+    return config
+
+
+def default_run_name(config: dict[str, Any]) -> str:
+    """`{mode}-[{sample_source}-]{kl_method}-g{gamma}-{student}-{teacher}-{stream or data}[-by-{route_by}]`
+    from a run_config (the sample source only offline: online mode distils on the served tokens)."""
+    data = config["stream"] if config["mode"] == "online" else config["data_path"]
+    routed = config.get("route_by")
+    parts = [config["mode"], config["sample_source"] if config["mode"] == "offline" else None,
+             config["kl_method"], f"g{config['gamma']}", _short(config["student_model_path"]),
+             _short(config["teacher_model_path"]), Path(str(data)).stem if data else None,
+             f"by-{routed}" if routed else None]  # fmt: skip
+    return "-".join(str(p) for p in parts if p)
+
+
+def _short(model_path: str | None) -> str | None:
+    """A model folder's or hub name's last part."""
+    return Path(model_path).name if model_path else None
+
+
+class OsdWandbCallback(WandbCallback):
+    """HF's WandbCallback (the same logging: keys as its `rewrite_logs` names them, `train/...` and
+    `eval/...`) plus what an osd run needs on wandb: `config` (a `run_config`) in the run's config, a name
+    built from it (`default_run_name`) when --run_name is not given, and `define_metric` so that every
+    online metric is plotted over `train/queries_served` (evaluation keeps HF's `train/global_step`).
+    DistillTrainer puts it in place of the WandbCallback that `--report_to wandb` adds. Everything here is
+    local to the wandb run: offline (setup_wandb) it neither blocks nor fails.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.run_config = config
+        self._defined: set[str] = set()
+
+    def setup(self, args: TrainingArguments, state: TrainerState, model, **kwargs) -> None:
+        # not given: transformers 5 leaves run_name None, 4.x set it to output_dir
+        if args.run_name in (None, args.output_dir):
+            args = copy.copy(args)
+            args.run_name = default_run_name(self.run_config)
+        super().setup(args, state, model, **kwargs)
+        if state.is_world_process_zero and self._wandb.run is not None:
+            self._wandb.config.update(self.run_config, allow_val_change=True)
+
+    def on_log(self, args, state, control, model=None, logs=None, **kwargs) -> None:
+        if logs and QUERIES_SERVED in logs and state.is_world_process_zero:
+            if not self._initialized:
+                self.setup(args, state, model)
+            if self._wandb.run is not None:
+                self._define_online_metrics(logs)
+        super().on_log(args, state, control, model=model, logs=logs, **kwargs)
+
+    def _define_online_metrics(self, logs: dict[str, float]) -> None:
+        """Each key of an online entry, the first time it is logged (per-group keys appear with their
+        groups), plotted over queries served."""
+        x_axis = wandb_key(QUERIES_SERVED)
+        for key in map(wandb_key, logs.keys() - {"epoch"}):  # Trainer adds epoch to every entry: its own axis
+            if key not in self._defined and "*" not in key:  # a '*' would make a glob
+                self._wandb.run.define_metric(key, step_metric=None if key == x_axis else x_axis)
+                self._defined.add(key)

@@ -72,6 +72,17 @@ from osd.conversations import GROUP_FIELDS
 from osd.distill.data import pad
 from osd.distill.losses import Divergence
 from osd.distill.trainer import DistillTrainer
+from osd.metric_keys import (
+    ACCEPTED_LENGTH,
+    ALPHA,
+    ALPHA_CUMULATIVE,
+    ALPHA_WINDOW,
+    BACKGROUND_UPDATE_SHARE,
+    ONLINE_LOSS,
+    QUERIES_SERVED,
+    UPDATE_TIME_SHARE,
+    group_alphas,
+)
 from osd.spec import SpecOutput, SpeculativeDecoder
 from osd.spec.decoder import accepts_logits_to_keep
 
@@ -219,29 +230,27 @@ class OnlineState:
         self.num_proposed += stats.num_proposed
 
     def metrics(self, window: int) -> dict[str, float]:
-        """The log entry for the queries since the last one; marks them logged."""
+        """The log entry for the queries since the last one (keys: osd.metric_keys); marks them logged."""
         recent = self.queries[self.logged :]
         steps = sum(q.steps for q in recent)
         logs = {
-            "alpha": _alpha(recent),
-            "alpha_window": _alpha(self.queries[-window:]),
-            "alpha_cumulative": self.alpha_sum / self.num_proposed if self.num_proposed else math.nan,
-            "accepted_length": sum(q.accepted for q in recent) / steps if steps else math.nan,
+            ALPHA: _alpha(recent),
+            ALPHA_WINDOW: _alpha(self.queries[-window:]),
+            ALPHA_CUMULATIVE: self.alpha_sum / self.num_proposed if self.num_proposed else math.nan,
+            ACCEPTED_LENGTH: sum(q.accepted for q in recent) / steps if steps else math.nan,
             "proposed": sum(q.num_proposed for q in recent),  # the weight of "alpha" when aggregating entries
-            "queries": len(self.queries),
+            QUERIES_SERVED: len(self.queries),
             "online_updates": self.updates,
             "serve_time_s": self.serve_time_s,  # the engine's time on every query so far
-            "update_time_share": self.update_time_s / self.serve_time_s if self.serve_time_s else 0.0,
-            "background_update_share": self.background_update_time_s / self.serve_time_s
+            UPDATE_TIME_SHARE: self.update_time_s / self.serve_time_s if self.serve_time_s else 0.0,
+            BACKGROUND_UPDATE_SHARE: self.background_update_time_s / self.serve_time_s
             if self.serve_time_s
             else 0.0,
             "buffer_peak_mb": self.max_buffer_bytes / 2**20,
+            **group_alphas((q.groups, q.alpha_sum, q.num_proposed) for q in recent),  # alpha/{field}/{value}
         }
-        groups = {value for q in recent for value in q.groups.values()}
-        for value in sorted(groups):
-            logs[f"alpha_{value}"] = _alpha([q for q in recent if value in q.groups.values()])
         if self.losses:
-            logs["online_loss"] = sum(self.losses) / len(self.losses)
+            logs[ONLINE_LOSS] = sum(self.losses) / len(self.losses)
         self.logged = len(self.queries)
         self.losses.clear()
         return logs

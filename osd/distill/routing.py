@@ -113,7 +113,7 @@ class RoutedOnlineDistillTrainer(OnlineDistillTrainer):
 
     def evaluate(self, *args, **kwargs) -> dict[str, float]:
         raise ValueError(
-            "a routed run measures alpha on the stream it serves (alpha_{group} in its logs); "
+            "a routed run measures alpha on the stream it serves (alpha/{field}/{value} in its logs); "
             "run it with --eval_strategy no and --eval_on_start False, and evaluate each draft folder on its own"
         )
 
@@ -190,6 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         ),
         processing_class=tokenizer,
         run_identity=identity,
+        run_info={
+            "student_model_path": model_args.student_model_path,
+            "data_path": data_args.data_path,
+            "route_by": routing.route_by,
+        },
     )
     if plan.is_finished(trainer.planned_max_steps()):
         return

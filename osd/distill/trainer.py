@@ -11,6 +11,8 @@ holds, accelerate/DeepSpeed and `report_to` are inherited):
   same update as one big batch);
 - `evaluate`: the acceptance rate of speculative decoding with the student as draft (osd.spec),
   not a loss. With `eval_on_start` (default on) it also runs before the first step: "Standard" SD;
+- `--report_to wandb`: osd.distill.callbacks.OsdWandbCallback in place of HF's WandbCallback (the run's
+  models, data and method in its config, a default run name, queries served as the online metrics' x-axis);
 - checkpoints: written to a staging folder with the sampling generator's state and committed
   atomically (osd.distill.run_dir); `train` resumes only complete ones, takes `True`/`'last'` for
   the newest, and restores (does not train) a checkpoint already at max_steps.
@@ -25,7 +27,6 @@ from __future__ import annotations
 import logging
 import math
 import shutil
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,10 +34,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerState
+from transformers.integrations import WandbCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
-from osd.conversations import GROUP_FIELDS
-from osd.distill.callbacks import MetricsJsonlCallback
+from osd.distill.callbacks import MetricsJsonlCallback, OsdWandbCallback, run_config
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import make_train_batch, responses_from_labels, unpad
 from osd.distill.losses import get_divergence
@@ -48,7 +49,8 @@ from osd.distill.run_dir import (
     resolve_checkpoint,
 )
 from osd.distill.sources import SamplingConfig, sample_responses
-from osd.spec import AcceptanceStats, GammaPolicy, SpecOutput, SpeculativeDecoder
+from osd.metric_keys import group_alphas
+from osd.spec import AcceptanceStats, GammaPolicy, SpeculativeDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +88,11 @@ class DistillTrainer(Trainer):
         teacher_model: PreTrainedModel,
         args: DistillTrainingArguments,
         run_identity: dict | None = None,
+        run_info: dict | None = None,
         **kwargs,
     ) -> None:
+        """run_info: what the entry point knows of the run for wandb's config and run name (data paths,
+        stream: osd.distill.callbacks.run_config); the model paths default to the models' name_or_path."""
         super().__init__(model=model, args=args, **kwargs)
         self.run_identity = run_identity or {}  # recorded in every checkpoint (osd.distill.run_dir)
         check_vocabularies(model, teacher_model, self.processing_class)
@@ -110,7 +115,18 @@ class DistillTrainer(Trainer):
         self.gamma_policy = GammaPolicy() if args.max_propose_num == "auto" else None
         self.metrics = MetricsJsonlCallback()
         self.add_callback(self.metrics)
+        models = {"student_model_path": getattr(model, "name_or_path", None),
+                  "teacher_model_path": getattr(teacher_model, "name_or_path", None)}  # fmt: skip
+        self._use_osd_wandb(run_config(args, **(models | (run_info or {}))))
         self._staging: Path | None = None  # set while a checkpoint is being written
+
+    def _use_osd_wandb(self, config: dict) -> None:
+        """With --report_to wandb: OsdWandbCallback (config, run name, queries-served axis) in place of HF's."""
+        for callback in self.callback_handler.callbacks:
+            if type(callback) is WandbCallback:
+                self.remove_callback(callback)
+                self.add_callback(OsdWandbCallback(config))
+                return
 
     # ---- training ---------------------------------------------------------------------------
 
@@ -295,7 +311,8 @@ class DistillTrainer(Trainer):
         metric_key_prefix: str = "eval",
     ) -> dict[str, float]:
         """alpha and mean accepted length of SD (draft = student, gamma = --max_propose_num) on the eval
-        set, overall and per dataset/topic/language value (`{prefix}_alpha_{field}_{value}`), token-weighted."""
+        set, overall and per dataset/topic/language value (`{prefix}_alpha/{field}/{value}`, the online entries'
+        names: osd.metric_keys), token-weighted."""
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ValueError("evaluation needs an eval set (--eval_data_path)")
@@ -326,12 +343,10 @@ class DistillTrainer(Trainer):
             f"{metric_key_prefix}_tokens_per_step": stats.tokens_per_step,
             f"{metric_key_prefix}_num_generated": stats.num_generated,
         }
-        groups: dict[str, list[SpecOutput]] = defaultdict(list)
-        for item, output in zip(items, outputs, strict=True):
-            for name in GROUP_FIELDS:
-                if name in item:
-                    groups[f"{metric_key_prefix}_alpha_{name}_{item[name]}"].append(output)
-        metrics |= {key: AcceptanceStats.from_outputs(group).alpha for key, group in groups.items()}
+        per_group = group_alphas(
+            (item, o.alpha_sum, o.num_proposed) for item, o in zip(items, outputs, strict=True)
+        )
+        metrics |= {f"{metric_key_prefix}_{key}": alpha for key, alpha in per_group.items()}
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics

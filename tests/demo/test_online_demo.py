@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
-from osd.demo import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH
+from osd.conversations import load_conversations, record_groups
+from osd.demo import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
 from osd.demo.online_demo import main
+from osd.metric_keys import group_key, wandb_key
+from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
 
 
 def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, capsys):
@@ -24,3 +27,30 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     assert "latency on the same queries" in printed and "all" in printed
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
     assert json.loads((out / "summary.json").read_text())["args"]["draft_dtype"] == "bfloat16"
+
+
+def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
+    """--report_to wandb, offline: the run (read back from its own files) carries every group of the stream
+    under alpha/{field}/{value}, plotted over queries served, and the models, data and stream in its config."""
+    out = tmp_path / "demo"
+    with offline_wandb(tmp_path):
+        main(["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
+              "--draft_dtype", "float32", "--domains", "sql", "code", "--per_domain", "2", "--tail", "1",
+              "--max_new_tokens", "6", "--output_dir", str(out), "--report_to", "wandb"])  # fmt: skip
+    records = run_records(tmp_path)
+    stream = load_conversations(out / "stream.json")
+    rows = [row for row in history(records) if "train/alpha" in row]
+    assert [row["train/queries_served"] for row in rows] == [1, 2, 3, 4]  # an entry per query
+    # each query's entry holds exactly its own record's groups
+    for row, record in zip(rows, stream, strict=True):
+        groups = {k for k in row if k.startswith("train/alpha/")}
+        assert groups == {wandb_key(group_key(f, v)) for f, v in record_groups(record).items()}
+        assert {"language", "topic"} & set(record_groups(record)), "the workload's records carry topics"
+    axes = step_metrics(records)
+    assert all(axes[k] == "train/queries_served" for row in rows for k in row if k.startswith("train/alpha"))
+    config = run_config(records)
+    assert config["student_model_path"] == repo_relative(str(TINY_DRAFT_PATH))
+    assert config["teacher_model_path"] == repo_relative(str(TINY_TEACHER_PATH))
+    assert config["data_path"] == repo_relative(str(out / "stream.json"))
+    assert (config["stream"], config["mode"], config["gamma"]) == ("abrupt-sql-code-x2", "online", 1)
+    assert run_name(records) == "online-forward-g1-draft-teacher-abrupt-sql-code-x2"

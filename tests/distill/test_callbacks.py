@@ -5,10 +5,21 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from transformers import TrainerControl, TrainerState
 
-from osd.distill.callbacks import METRICS_FILE, MetricsJsonlCallback, read_metrics, setup_wandb
+from osd.distill.callbacks import (
+    METRICS_FILE,
+    MetricsJsonlCallback,
+    OsdWandbCallback,
+    read_metrics,
+    run_config,
+    setup_wandb,
+)
 from osd.distill.config import DistillTrainingArguments
+from tests.wandb_offline import offline_wandb, run_records
+from tests.wandb_offline import run_config as wandb_config
+from tests.wandb_offline import run_name as run_name_of
 
 
 def _args(tmp_path) -> DistillTrainingArguments:
@@ -58,3 +69,26 @@ def test_wandb_left_alone_with_a_key_or_an_explicit_mode(monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_MODE")
     setup_wandb([])  # --report_to none
     assert "WANDB_MODE" not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("run_name", "expected"),
+    [
+        ("mine", "mine"),
+        (None, "offline-student-forward-g5-s-t-d"),
+        ("OUT", "offline-student-forward-g5-s-t-d"),
+    ],
+)
+def test_wandb_run_name_is_built_unless_given(tmp_path, run_name, expected):
+    """None (transformers 5) and output_dir (4.x's default) both mean --run_name was not given."""
+    args = DistillTrainingArguments(output_dir=str(tmp_path), report_to="wandb",
+                                    run_name=str(tmp_path) if run_name == "OUT" else run_name)  # fmt: skip
+    config = run_config(
+        args, student_model_path="hub/s", teacher_model_path=str(tmp_path / "t"), data_path="x/d.json"
+    )
+    with offline_wandb(tmp_path):
+        OsdWandbCallback(config).setup(args, TrainerState(), model=None)
+    records = run_records(tmp_path)
+    assert run_name_of(records) == expected
+    assert args.run_name == (str(tmp_path) if run_name == "OUT" else run_name)  # the caller's args untouched
+    assert wandb_config(records)["student_model_path"] == "hub/s" and wandb_config(records)["stream"] is None

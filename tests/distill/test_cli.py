@@ -91,7 +91,7 @@ def test_max_propose_num_auto_serves_and_evaluates(saved_pair, tmp_path):
         ]
     )
     entries = [m for m in read_metrics(tmp_path / "on") if "alpha_window" in m]
-    assert [m["queries"] for m in entries] == [1, 2]
+    assert [m["queries_served"] for m in entries] == [1, 2]
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "2.5", "fast"])

@@ -221,15 +221,15 @@ def test_logs_alpha_per_group_as_the_engine_measures_it(tmp_path):
         for i in range(6)
     ]
     entries = online_entries(tmp_path / "run")
-    assert [e["queries"] for e in entries] == [3, 6]
+    assert [e["queries_served"] for e in entries] == [3, 6]
 
     def alpha(idx):
         return sum(outs[i].alpha_sum for i in idx) / sum(outs[i].num_proposed for i in idx)
 
     for entry, first in zip(entries, (0, 3), strict=True):
         assert entry["alpha"] == pytest.approx(alpha(range(first, first + 3)))
-        assert entry["alpha_a"] == pytest.approx(alpha([first, first + 1]))
-        assert entry["alpha_b"] == pytest.approx(alpha([first + 2]))
+        assert entry["alpha/dataset/a"] == pytest.approx(alpha([first, first + 1]))
+        assert entry["alpha/dataset/b"] == pytest.approx(alpha([first + 2]))
     assert entries[-1]["alpha_cumulative"] == pytest.approx(alpha(range(6)))
 
 
@@ -270,7 +270,7 @@ def test_resume_continues_exactly_without_lost_or_duplicated_metrics(tmp_path, b
     got = online_entries(tmp_path / "run")
     assert [e["step"] for e in got] == list(range(1, 9))
     for e, x in zip(got, expected, strict=True):
-        for key in ("alpha", "alpha_window", "alpha_cumulative", "queries", "online_updates"):
+        for key in ("alpha", "alpha_window", "alpha_cumulative", "queries_served", "online_updates"):
             assert e[key] == pytest.approx(x[key], rel=1e-6), (e["step"], key)
     for k, v in reference.model.state_dict().items():
         torch.testing.assert_close(resumed.model.state_dict()[k], v, atol=1e-6, rtol=1e-5)
@@ -331,7 +331,7 @@ def test_static_run_serves_without_buffering(tmp_path):
     trainer = make_trainer(tmp_path, stream, draft, target, online_update_interval=10**9)
     trainer.train()
     assert trainer.online.max_buffer_bytes == 0 and not any(trainer.buffers.values())
-    assert [e["queries"] for e in online_entries(tmp_path / "run")] == [1, 2, 3]
+    assert [e["queries_served"] for e in online_entries(tmp_path / "run")] == [1, 2, 3]
     assert all(torch.equal(v, draft.state_dict()[k]) for k, v in before.items())
 
 
@@ -350,7 +350,7 @@ def test_routing_cli_runs_one_draft_per_field_value(tmp_path):
             "--online_eval_interval", "1", "--report_to", "none", "--use_cpu", "True", "--save_strategy", "no"]  # fmt: skip
     main(argv)
     assert {p.name for p in (tmp_path / "run").iterdir() if (p / "config.json").exists()} == {"a", "b"}
-    assert [e["queries"] for e in online_entries(tmp_path / "run")] == [1, 2, 3, 4]
+    assert [e["queries_served"] for e in online_entries(tmp_path / "run")] == [1, 2, 3, 4]
     # the same --output_dir policy as osd.train: refused as it is, a no-op once finished
     metrics = (tmp_path / "run" / "metrics.jsonl").read_bytes()
     with pytest.raises(ValueError, match="already holds a run"):

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from osd.plots import alpha_series, dataset_bands, main, moving_average
+from osd.plots import alpha_series, dataset_bands, group_series_key, main, moving_average, read_log
 
 
 def test_moving_average_matches_a_direct_window_mean():
@@ -25,7 +25,7 @@ def test_dataset_bands_are_the_runs_of_a_stream():
 
 
 def test_cli_writes_a_png_from_online_entries_only(tmp_path):
-    lines = [{"step": i, "queries": i, "alpha": i / 10, "alpha_window": 0.0} for i in range(1, 11)]
+    lines = [{"step": i, "queries_served": i, "alpha": i / 10, "alpha_window": 0.0} for i in range(1, 11)]
     lines.insert(3, {"step": 3, "loss": 0.5, "learning_rate": 1e-4})  # a Trainer entry: not a point
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
     assert alpha_series(lines) == ([float(i) for i in range(1, 11)], [i / 10 for i in range(1, 11)])
@@ -44,3 +44,31 @@ def test_cli_writes_a_png_from_online_entries_only(tmp_path):
         ]
     )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def write_log(folder, entries: list[dict]):
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return folder
+
+
+def test_groups_by_field_and_value_or_value_alone(tmp_path):
+    entries = [{"queries_served": i, "alpha": 0.5, "alpha_window": 0.5, "alpha/dataset/sql": i / 10,
+                "alpha/topic/sql": 1.0, "alpha/language/en": 0.3} for i in (1, 2)]  # fmt: skip
+    assert group_series_key(entries, "dataset/sql") == "alpha/dataset/sql"
+    assert group_series_key(entries, "en") == "alpha/language/en"
+    with pytest.raises(SystemExit, match="more than one.*alpha/dataset/sql"):
+        group_series_key(entries, "sql")  # a dataset and a topic of that name
+    with pytest.raises(SystemExit, match="no matching key"):
+        group_series_key(entries, "dataset/math")
+    out = tmp_path / "alpha.png"
+    main([str(write_log(tmp_path, entries)), "--out", str(out), "--groups", "dataset/sql", "en"])
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_logs_from_before_the_hierarchical_names_still_plot(tmp_path):
+    """Older metrics.jsonl: the counter was `queries`, per-group alpha `alpha_{value}`."""
+    old = [{"step": i, "queries": i, "alpha": i / 10, "alpha_window": 0.1, "alpha_sql": 0.2} for i in (1, 2)]
+    entries = read_log(write_log(tmp_path, old + [{"step": 3, "queries": 7, "loss": 1.0}]))
+    assert alpha_series(entries) == ([1.0, 2.0], [0.1, 0.2])
+    assert alpha_series(entries, group_series_key(entries, "sql")) == ([1.0, 2.0], [0.2, 0.2])
+    assert entries[-1] == {"step": 3, "queries": 7, "loss": 1.0}  # not an online entry: left as it was

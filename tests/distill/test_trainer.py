@@ -192,7 +192,7 @@ def test_alpha_is_measured_before_the_first_step_and_after(
     assert [h["step"] for h in evals] == [0, 2]
     assert evals[0]["eval_alpha"] == pytest.approx(standard.alpha)
     assert evals[0]["eval_accepted_length"] == pytest.approx(standard.mean_accepted_length)
-    groups = [evals[0]["eval_alpha_dataset_math"], evals[0]["eval_alpha_dataset_sql"]]
+    groups = [evals[0]["eval_alpha/dataset/math"], evals[0]["eval_alpha/dataset/sql"]]
     assert min(groups) <= evals[0]["eval_alpha"] <= max(groups)  # token-weighted mean of the groups
     # every log line is in metrics.jsonl, with its step
     lines = read_metrics(tmp_path)
