@@ -6,7 +6,10 @@
   (`osd.demo.build_draft`, committed in `osd/demo/models/draft/`);
 - a tiny pair (`osd/demo/models/tiny/`: a 6M-parameter toy teacher and its draft, one small
   SentencePiece tokenizer, `osd.demo.build_tiny_pair`) for tests and llama.cpp fixtures that
-  need a trained model in seconds. It is not the default of any tool.
+  need a trained model in seconds. It is not the default of any tool;
+- a T5 pair (`osd/demo/models/t5/`: an encoder-decoder teacher and a smaller draft with the tiny
+  pair's tokenizer, `osd.demo.build_t5_pair`), the default of `bash_scripts/t5/*.sh` on the
+  local workload.
 
 `data/build_local_workload.py` writes the workload. The models are ordinary `from_pretrained`
 folders, so every tool takes them like any hub model.
@@ -27,6 +30,8 @@ TARGET_PATH = MODELS_DIR / "target"
 DRAFT_PATH = MODELS_DIR / "draft"
 TINY_TEACHER_PATH = MODELS_DIR / "tiny" / "teacher"
 TINY_DRAFT_PATH = MODELS_DIR / "tiny" / "draft"
+T5_TEACHER_PATH = MODELS_DIR / "t5" / "teacher"
+T5_DRAFT_PATH = MODELS_DIR / "t5" / "draft"
 WORKLOAD_DIR = REPO_ROOT / "data" / "local"
 DOMAINS = ("sql", "math", "code", "finance")
 
