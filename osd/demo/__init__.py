@@ -61,11 +61,12 @@ def load_demo_pair(
     dtype: torch.dtype | None = None,
     draft_dtype: torch.dtype | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedModel, PreTrainedTokenizerBase]:
-    """(draft, target, tokenizer) in eval mode, each in the dtype its folder stores unless given.
+    """(draft, target, tokenizer) in eval mode, each in the dtype its folder stores unless given
+    (causal LMs, or seq2seq models for an encoder-decoder pair such as the T5 one).
 
     The default target is converted from the installed package on first use (`osd.demo.target`).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     from osd.demo.target import ensure_if_demo_target
     from osd.model_checks import check_same_tokenizer
@@ -78,6 +79,8 @@ def load_demo_pair(
             )
     tokenizer = AutoTokenizer.from_pretrained(target_path)
     check_same_tokenizer(draft_path, target_path, tokenizer)
-    draft = AutoModelForCausalLM.from_pretrained(draft_path, dtype=draft_dtype or "auto").eval()
-    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype or "auto").eval()
+    seq2seq = AutoConfig.from_pretrained(target_path).is_encoder_decoder  # the T5 pair
+    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    draft = auto.from_pretrained(draft_path, dtype=draft_dtype or "auto").eval()
+    target = auto.from_pretrained(target_path, dtype=dtype or "auto").eval()
     return draft, target, tokenizer
