@@ -19,6 +19,7 @@ renamed over `{out_dir}`.
 
 Usage:
     python -m osd.demo.build_t5_pair                       # osd/demo/models/t5/{teacher,draft}
+    python -m osd.demo.build_t5_pair --evaluate_only       # re-measure losses and Standard alpha only
     python -m osd.demo.build_t5_pair --out_dir /tmp/t5 --teacher_steps 4 --draft_steps 2
 """
 
@@ -42,6 +43,7 @@ from osd.conversations import assistant_answer, user_query
 from osd.demo import DOMAINS, T5_TEACHER_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR, repo_relative
 from osd.demo.lm_training import eval_loss, num_params, seq2seq_example, train_lm
 from osd.distill.data import ConversationDataset
+from osd.spec import SpeculativeDecoder
 
 
 @dataclass
@@ -78,6 +80,16 @@ class T5BuildConfig:
         default=True, metadata={"help": "bf16 matmuls, float32 weights and optimizer."}
     )
     num_threads: int = field(default=1, metadata={"help": "torch threads (0 = torch's default)."})
+    alpha_queries: int = field(default=40, metadata={"help": "Eval queries per domain for Standard alpha."})
+    alpha_gamma: int = field(
+        default=5, metadata={"help": "gamma for Standard alpha (the T5 scripts' --max_propose_num)."}
+    )
+    alpha_max_new_tokens: int = field(
+        default=64, metadata={"help": "Tokens generated per query for Standard alpha."}
+    )
+    evaluate_only: bool = field(
+        default=False, metadata={"help": "Only (re)measure the figures of the pair already in --out_dir."}
+    )
 
     def __post_init__(self) -> None:
         if self.draft_steps > self.teacher_steps:
@@ -119,18 +131,64 @@ def greedy_samples(model: T5ForConditionalGeneration, data: ConversationDataset,
     return out
 
 
-def build(cfg: T5BuildConfig) -> dict:
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    out = Path(cfg.out_dir)
-    work = out.with_name(out.name + ".build")
-    work.mkdir(parents=True, exist_ok=True)
-    tok = load_tokenizer(cfg.tokenizer)
-    data = {
+def workload(cfg: T5BuildConfig, tok: PreTrainedTokenizerBase) -> dict[tuple[str, str], ConversationDataset]:
+    """(domain, split) -> the workload file as the trainer reads it for an encoder-decoder model."""
+    return {
         (d, s): ConversationDataset(Path(cfg.workload_dir) / f"{d}_{s}.json", tok, cfg.max_length, is_encoder_decoder=True)
         for d in DOMAINS
         for s in ("train", "eval")
     }  # fmt: skip
+
+
+@torch.inference_mode()
+def standard_alpha(
+    draft, teacher, data: ConversationDataset, n: int, gamma: int, max_new_tokens: int
+) -> float:
+    """Exact alpha of greedy speculative decoding over the first n queries (proposal-weighted)."""
+    accepted = proposed = 0.0
+    decoder = SpeculativeDecoder(draft, teacher, gamma=gamma)
+    for i in range(min(n, len(data))):
+        ids = torch.tensor([data[i]["prompt_ids"]])  # [1, S]: the encoder's input
+        out = decoder.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=data.tokenizer.eos_token_id)
+        accepted, proposed = accepted + out.alpha_sum, proposed + out.num_proposed
+    return accepted / proposed if proposed else float("nan")
+
+
+def evaluate_pair(cfg: T5BuildConfig, folder: Path, data: dict | None = None) -> dict:
+    """Eval answer loss, Standard alpha per domain and teacher samples of the pair in `folder`, on the
+    saved bf16 weights loaded as float32; merged into `folder/build_metrics.json` and returned."""
+    tok = load_tokenizer(str(folder / "teacher"))
+    data = data or workload(cfg, tok)
+    models = {n: T5ForConditionalGeneration.from_pretrained(folder / n, dtype=torch.float32).eval()
+              for n in ("teacher", "draft")}  # fmt: skip
+    metrics = json.loads((folder / "build_metrics.json").read_text())
+    metrics["eval_answer_loss"] = {
+        d: {n: eval_loss(m, [seq2seq_example(data[d, "eval"], i) for i in range(len(data[d, "eval"]))])
+            for n, m in models.items()}
+        for d in DOMAINS
+    }  # fmt: skip
+    metrics["standard_alpha"] = {
+        "gamma": cfg.alpha_gamma,
+        "queries_per_domain": cfg.alpha_queries,
+        "max_new_tokens": cfg.alpha_max_new_tokens,
+        **{d: standard_alpha(models["draft"], models["teacher"], data[d, "eval"], cfg.alpha_queries,
+                             cfg.alpha_gamma, cfg.alpha_max_new_tokens) for d in DOMAINS},
+    }  # fmt: skip
+    metrics["teacher_samples"] = {d: greedy_samples(models["teacher"], data[d, "eval"], 3) for d in DOMAINS}
+    (folder / "build_metrics.json").write_text(json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")
+    return metrics
+
+
+def build(cfg: T5BuildConfig) -> dict:
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    out = Path(cfg.out_dir)
+    if cfg.evaluate_only:
+        return evaluate_pair(cfg, out)
+    work = out.with_name(out.name + ".build")
+    work.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(cfg.tokenizer)
+    data = workload(cfg, tok)
     train = [seq2seq_example(data[d, "train"], i) for d in DOMAINS for i in range(len(data[d, "train"]))]
     metrics: dict = {
         "config": repo_relative(asdict(cfg)),
@@ -158,31 +216,23 @@ def build(cfg: T5BuildConfig) -> dict:
         model.to(torch.bfloat16).save_pretrained(staging / name)
         tok.save_pretrained(staging / name)
 
-    # Figures on the saved bf16 weights, loaded as float32.
-    models = {
-        n: T5ForConditionalGeneration.from_pretrained(staging / n, dtype=torch.float32).eval() for n in shapes
-    }
-    metrics["eval_answer_loss"] = {
-        d: {n: eval_loss(m, [seq2seq_example(data[d, "eval"], i) for i in range(len(data[d, "eval"]))])
-            for n, m in models.items()}
-        for d in DOMAINS
-    }  # fmt: skip
-    metrics["teacher_samples"] = {d: greedy_samples(models["teacher"], data[d, "eval"], 3) for d in DOMAINS}
     (staging / "build_metrics.json").write_text(json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")
+    evaluate_pair(cfg, staging, data)
     out.mkdir(parents=True, exist_ok=True)
     for name in (*shapes, "build_metrics.json"):  # keeps other files in out (the model card)
         if (out / name).is_dir():
             shutil.rmtree(out / name)
         (staging / name).rename(out / name)
     shutil.rmtree(work)
-    return metrics
+    return json.loads((out / "build_metrics.json").read_text())
 
 
 def main() -> None:
     (cfg,) = HfArgumentParser(T5BuildConfig).parse_args_into_dataclasses()
     metrics = build(cfg)
     for d, losses in metrics["eval_answer_loss"].items():
-        print(f"{d:8s} eval answer loss: teacher {losses['teacher']:.3f}  draft {losses['draft']:.3f}")
+        print(f"{d:8s} eval answer loss: teacher {losses['teacher']:.3f}  draft {losses['draft']:.3f}  "
+              f"Standard alpha {metrics['standard_alpha'][d]:.3f}")  # fmt: skip
     for d, samples in metrics["teacher_samples"].items():
         print(f"--- {d}: {samples[0]['query']!r}\n    teacher: {samples[0]['teacher']!r}")
 

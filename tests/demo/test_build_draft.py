@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -94,7 +95,8 @@ def test_killed_build_resumes_to_the_uninterrupted_weights(
 
 
 def test_t5_pair_shares_one_tokenizer_without_a_chat_template(small_workload, tmp_path):
-    metrics = build_t5_pair(_t5_config(small_workload, tmp_path / "t5"))
+    cfg = _t5_config(small_workload, tmp_path / "t5")
+    metrics = build_t5_pair(cfg)
     teacher, draft = (
         T5ForConditionalGeneration.from_pretrained(tmp_path / "t5" / n) for n in ("teacher", "draft")
     )
@@ -103,3 +105,6 @@ def test_t5_pair_shares_one_tokenizer_without_a_chat_template(small_workload, tm
     check_same_tokenizer(tmp_path / "t5" / "draft", tmp_path / "t5" / "teacher", tok)  # raises otherwise
     assert not tok.chat_template and teacher.config.decoder_start_token_id == tok.pad_token_id
     assert metrics["draft"]["parameters"] < metrics["teacher"]["parameters"]
+    assert set(DOMAINS) < set(metrics["standard_alpha"])
+    again = build_t5_pair(dataclasses.replace(cfg, evaluate_only=True))  # re-measures the saved pair
+    assert again["eval_answer_loss"] == metrics["eval_answer_loss"] and again["draft"] == metrics["draft"]
