@@ -215,7 +215,7 @@ def heatmap(args: Table1Args, standard: dict, rows: list[dict], path: Path) -> N
     delta = grid - standard["alpha"]
     span = max(float(delta.abs().max()), 1e-3)
     fig, ax = plt.subplots(figsize=(1.3 * len(args.kl_methods) + 2, 0.6 * len(args.sample_sources) + 1.6))
-    image = ax.imshow(delta, cmap="RdBu", vmin=-span, vmax=span)
+    image = ax.imshow(delta.numpy(), cmap="RdBu", vmin=-span, vmax=span)
     for i, source_row in enumerate(grid.tolist()):
         for j, value in enumerate(source_row):
             ax.text(j, i, f"{value:.3f}", ha="center", va="center", fontsize=9)
