@@ -16,6 +16,7 @@ Usage:
     python benchmarks/table1_offline.py                                   # decoder demo pair, domain sql
     python benchmarks/table1_offline.py --pair t5 --domain math           # the T5 demo pair
     python benchmarks/table1_offline.py --max_steps 8 --sample_sources teacher --kl_methods forward tvd
+    python benchmarks/table1_offline.py --pair t5 --name table1_v2_t5_sql --plot_only   # redraw a recorded grid
     python benchmarks/table1_offline.py --draft_path D --teacher_path T --train_path a.json --eval_path b.json
 """
 
@@ -94,6 +95,9 @@ class Table1Args:
         metadata={"help": "torch CPU threads; 1 avoids oversubscription slowdowns on a shared CPU."},
     )
     seed: int = field(default=0, metadata={"help": "Seed for the sample sources and training."})
+    plot_only: bool = field(
+        default=False, metadata={"help": "Only redraw {out_dir}/{name}.png from the recorded {name}.json."}
+    )
 
 
 def teacher_answers(args: Table1Args, teacher, tokenizer, dataset: ConversationDataset, out: Path) -> Path:
@@ -218,7 +222,10 @@ def heatmap(args: Table1Args, standard: dict, rows: list[dict], path: Path) -> N
     image = ax.imshow(delta.numpy(), cmap="RdBu", vmin=-span, vmax=span)
     for i, source_row in enumerate(grid.tolist()):
         for j, value in enumerate(source_row):
-            ax.text(j, i, f"{value:.3f}", ha="center", va="center", fontsize=9)
+            dark = abs(value - standard["alpha"]) > span / 2
+            ax.text(
+                j, i, f"{value:.3f}", ha="center", va="center", fontsize=9, color="white" if dark else "black"
+            )
     ax.set_xticks(range(len(args.kl_methods)), args.kl_methods)
     ax.set_yticks(range(len(args.sample_sources)), args.sample_sources)
     ax.set_xlabel("divergence (--kl_method)")
@@ -257,6 +264,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     default_paths(args)
     out, work = Path(args.out_dir), Path(args.work_dir)
+    if args.plot_only:
+        recorded = json.loads((out / f"{args.name}.json").read_text())
+        args = Table1Args(**{**recorded["args"], "out_dir": args.out_dir, "name": args.name})
+        heatmap(args, recorded["standard"], recorded["runs"], out / f"{args.name}.png")
+        return recorded["runs"]
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)

@@ -34,6 +34,8 @@ def test_decoder_cells_with_the_two_new_divergences(tmp_path):
         assert 0 <= r["alpha"] <= 1 and r["first_loss"] > 0
     table = (tmp_path / "out" / "grid.md").read_text()
     assert "| mix_token | " in table and "reference_mix | tvd |" in table
+    (tmp_path / "out" / "grid.png").unlink()
+    main(["--out_dir", str(tmp_path / "out"), "--name", "grid", "--plot_only"])  # redrawn from grid.json
     assert (tmp_path / "out" / "grid.png").stat().st_size > 0
     answers = json.loads((tmp_path / "work" / "sql_train_teacher_answers.json").read_text())
     assert len(answers) == 4  # max_steps x batch_size training queries answered by the teacher
