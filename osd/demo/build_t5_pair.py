@@ -120,12 +120,14 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
 
 
 @torch.inference_mode()
-def greedy_samples(model: T5ForConditionalGeneration, data: ConversationDataset, n: int) -> list[dict]:
+def greedy_samples(
+    model: T5ForConditionalGeneration, tok: PreTrainedTokenizerBase, data: ConversationDataset, n: int
+) -> list[dict]:
     out = []
     for i in range(min(n, len(data))):
         ids = torch.tensor([data[i]["prompt_ids"]])  # [1, S]
         gen = model.generate(ids, max_new_tokens=64, do_sample=False)  # [1, 1 + N]
-        text = data.tokenizer.decode(gen[0], skip_special_tokens=True)
+        text = tok.decode(gen[0], skip_special_tokens=True)
         record = data.records[i]
         out.append({"query": user_query(record), "teacher": text, "reference": assistant_answer(record)})
     return out
@@ -142,14 +144,14 @@ def workload(cfg: T5BuildConfig, tok: PreTrainedTokenizerBase) -> dict[tuple[str
 
 @torch.inference_mode()
 def standard_alpha(
-    draft, teacher, data: ConversationDataset, n: int, gamma: int, max_new_tokens: int
+    draft, teacher, data: ConversationDataset, n: int, gamma: int, max_new_tokens: int, eos_token_id: int
 ) -> float:
     """Exact alpha of greedy speculative decoding over the first n queries (proposal-weighted)."""
     accepted = proposed = 0.0
     decoder = SpeculativeDecoder(draft, teacher, gamma=gamma)
     for i in range(min(n, len(data))):
         ids = torch.tensor([data[i]["prompt_ids"]])  # [1, S]: the encoder's input
-        out = decoder.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=data.tokenizer.eos_token_id)
+        out = decoder.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
         accepted, proposed = accepted + out.alpha_sum, proposed + out.num_proposed
     return accepted / proposed if proposed else float("nan")
 
@@ -172,9 +174,11 @@ def evaluate_pair(cfg: T5BuildConfig, folder: Path, data: dict | None = None) ->
         "queries_per_domain": cfg.alpha_queries,
         "max_new_tokens": cfg.alpha_max_new_tokens,
         **{d: standard_alpha(models["draft"], models["teacher"], data[d, "eval"], cfg.alpha_queries,
-                             cfg.alpha_gamma, cfg.alpha_max_new_tokens) for d in DOMAINS},
+                             cfg.alpha_gamma, cfg.alpha_max_new_tokens, tok.eos_token_id) for d in DOMAINS},
     }  # fmt: skip
-    metrics["teacher_samples"] = {d: greedy_samples(models["teacher"], data[d, "eval"], 3) for d in DOMAINS}
+    metrics["teacher_samples"] = {
+        d: greedy_samples(models["teacher"], tok, data[d, "eval"], 3) for d in DOMAINS
+    }
     (folder / "build_metrics.json").write_text(json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")
     return metrics
 
