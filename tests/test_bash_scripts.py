@@ -88,6 +88,56 @@ def test_extra_args_keep_quoted_words(script, tmp_path, stub):
     assert argv[-6:] == ["--run_name", "my run", "--logging_dir", "a b/c", "--max_steps", "3"]
 
 
+@pytest.mark.parametrize(
+    ("dataset", "student", "data", "eval_data"),
+    [
+        ("sql", "osd/demo/models/t5/draft", "data/local/sql_train.json", "data/local/sql_eval.json"),
+        ("finance", "osd/demo/models/t5/draft", "data/local/finance_train.json", "data/local/finance_eval.json"),
+        ("gbharti/finance-alpaca", "google/t5-efficient-small", "data/raw_data/gbharti_finance-alpaca_train.json",
+         "data/raw_data/gbharti_finance-alpaca_eval.json"),
+        ("code_search_net", "google/t5-efficient-small", "data/raw_data/code_search_net_train.json",
+         "data/raw_data/code_search_net_test.json"),
+        ("code-python", "google/t5-efficient-small", "data/raw_data/code_search_net_train.json",
+         "data/raw_data/code_search_net_test.json"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("script", ["t5/offline.sh", "t5/online.sh"])
+def test_t5_scripts_pick_models_and_files_by_dataset(
+    script, dataset, student, data, eval_data, tmp_path, stub
+):
+    run = run_script(
+        script, ["runs/x", dataset, "student", "forward"], tmp_path, stub, EXTRA_ARGS="--max_steps 3"
+    )
+    assert run.returncode == 0, run.stderr
+    argv = calls(tmp_path)[0]["argv"]
+    local = student.startswith("osd/")
+    assert flag(argv, "--student_model_path") == (str(ROOT / student) if local else student)
+    teacher = str(ROOT / "osd/demo/models/t5/teacher") if local else "google/flan-t5-xl"
+    assert flag(argv, "--teacher_model_path") == teacher
+    assert flag(argv, "--data_path") == str(ROOT / data)
+    if script == "t5/offline.sh":
+        assert flag(argv, "--eval_data_path") == str(ROOT / eval_data)
+    assert ("--bf16" in argv) != local and flag(argv, "--report_to") == ("none" if local else "wandb")
+    assert argv[-2:] == ["--max_steps", "3"]
+
+
+@pytest.mark.parametrize("script", ["t5/offline.sh", "t5/online.sh"])
+def test_t5_scripts_run_on_the_t5_demo_pair(script, tmp_path):
+    """End to end, with the real python, a few steps on the T5 demo pair's default files."""
+    extra = "--max_steps 2 --max_new_tokens 8 --per_device_eval_batch_size 1"
+    extra += (
+        " --max_eval_samples 2 --eval_steps 1" if script == "t5/offline.sh" else " --online_eval_interval 1"
+    )
+    run = run_script(
+        script, [str(tmp_path / "run"), "sql", "mix_token", "tvd"], tmp_path, None, EXTRA_ARGS=extra
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    alphas = [m["eval_alpha"] if "eval_alpha" in m else m.get("alpha") for m in metrics]
+    assert any(a is not None and 0 <= a <= 1 for a in alphas), metrics
+    assert (tmp_path / "run" / "model.safetensors").exists()
+
+
 def test_extra_args_are_not_executed_and_bad_quotes_are_refused(tmp_path, stub):
     run = run_script(
         "demo/offline.sh", ["o", "student", "forward"], tmp_path, stub, EXTRA_ARGS="--x $(touch pwned)"

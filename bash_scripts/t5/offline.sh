@@ -1,39 +1,34 @@
 #!/usr/bin/env bash
-# Offline distillation of a T5 draft (t5-efficient-small) from flan-t5-xl on one dataset, through the
-# same trainer as the decoder-only models: the encoder reads the bare query, the loss counts the
-# decoder tokens of the {sample_source} response. Teacher responses are generated on the fly from the
-# prompts-only training file (as the reference did), unless DATA points to a file with answers.
+# Offline distillation of a T5 draft from a T5 teacher on one dataset, through the same trainer as the
+# decoder-only models: the encoder reads the bare query, the loss counts the decoder tokens of the
+# {sample_source} response. Teacher responses are generated on the fly from a prompts-only training
+# file (as the reference did), unless DATA points to a file with answers (data/local holds the
+# workload's reference answers: "teacher" then trains on those).
+# Models and files follow the dataset (bash_scripts/t5/datasets.sh): a local workload domain runs the
+# T5 demo pair on CPU; the paper's datasets run t5-efficient-small from flan-t5-xl.
 #
-#   bash bash_scripts/t5/offline.sh runs/t5_gsm8k_offline gsm8k teacher forward
+#   bash bash_scripts/t5/offline.sh runs/t5_sql_offline sql student forward       # T5 demo pair, CPU
+#   EXTRA_ARGS='--max_steps 4' bash bash_scripts/t5/offline.sh runs/t5_math math teacher tvd
+#   bash bash_scripts/t5/offline.sh runs/t5_gsm8k_offline gsm8k teacher forward   # the paper's run
 #   STUDENT=google/t5-efficient-large bash bash_scripts/t5/offline.sh runs/t5_spider spider student jsd
 #
-# Arguments: {savepath} {dataset: gsm8k|spider|finance|code-python, or a stem of data/raw_data/{stem}_{train,test}.json}
+# Arguments: {savepath} {dataset: sql|math|code|finance (local), gsm8k|spider|gbharti/finance-alpaca|code_search_net
+#            (code-python), or a stem of data/raw_data/{stem}_{train,test}.json}
 #            {sample_source: teacher|student|mix_request|mix_token} {kl_method: forward|reverse|jsd|tvd|reference_mix}
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common/env.sh"  # ROOT, PYTHON, osd_extra_args
+source "$(dirname "${BASH_SOURCE[0]}")/datasets.sh"  # t5_dataset_defaults
 
 USAGE="usage: bash bash_scripts/t5/offline.sh {savepath} {dataset} {sample_source} {kl_method}"
 SAVEPATH=${1:?$USAGE}
 DATASET=${2:?$USAGE}
 SAMPLE_SOURCE=${3:?$USAGE}
 KL_METHOD=${4:?$USAGE}  # jsd: the generalised JSD; the reference code's "jsd" (0.9 forward + 0.1 reverse KL) is reference_mix
-case "$DATASET" in
-    gsm8k) TRAIN_STEM=gsm8k_train EVAL_STEM=gsm8k_test ;;
-    spider) TRAIN_STEM=spider_train EVAL_STEM=spider_validation ;;
-    finance) TRAIN_STEM=gbharti_finance-alpaca_train EVAL_STEM=gbharti_finance-alpaca_eval ;;
-    code-python) TRAIN_STEM=code_search_net_train EVAL_STEM=code_search_net_test ;;
-    *) TRAIN_STEM=${DATASET}_train EVAL_STEM=${DATASET}_test ;;
-esac
-STUDENT=${STUDENT:-google/t5-efficient-small}
-TEACHER=${TEACHER:-google/flan-t5-xl}
-DATA=${DATA:-$ROOT/data/raw_data/${TRAIN_STEM}.json}
-EVAL_DATA=${EVAL_DATA:-$ROOT/data/raw_data/${EVAL_STEM}.json}
+t5_dataset_defaults "$DATASET"
 EPOCHS=${EPOCHS:-3}
 BATCH_SIZE=${BATCH_SIZE:-2}
 GRAD_ACC=${GRAD_ACC:-8}
 LR=${LR:-2e-5}
-PRECISION=${PRECISION-"--bf16 True"}  # PRECISION= (empty) for CPU or fp32
-REPORT_TO=${REPORT_TO:-wandb}
 osd_extra_args
 
 "$PYTHON" -m osd.train \

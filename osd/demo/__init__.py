@@ -6,7 +6,10 @@
   (`osd.demo.build_draft`, committed in `osd/demo/models/draft/`);
 - a tiny pair (`osd/demo/models/tiny/`: a 6M-parameter toy teacher and its draft, one small
   SentencePiece tokenizer, `osd.demo.build_tiny_pair`) for tests and llama.cpp fixtures that
-  need a trained model in seconds. It is not the default of any tool.
+  need a trained model in seconds. It is not the default of any tool;
+- a T5 pair (`osd/demo/models/t5/`: an encoder-decoder teacher and a smaller draft with the tiny
+  pair's tokenizer, `osd.demo.build_t5_pair`), the default of `bash_scripts/t5/*.sh` on the
+  local workload.
 
 `data/build_local_workload.py` writes the workload. The models are ordinary `from_pretrained`
 folders, so every tool takes them like any hub model.
@@ -27,6 +30,8 @@ TARGET_PATH = MODELS_DIR / "target"
 DRAFT_PATH = MODELS_DIR / "draft"
 TINY_TEACHER_PATH = MODELS_DIR / "tiny" / "teacher"
 TINY_DRAFT_PATH = MODELS_DIR / "tiny" / "draft"
+T5_TEACHER_PATH = MODELS_DIR / "t5" / "teacher"
+T5_DRAFT_PATH = MODELS_DIR / "t5" / "draft"
 WORKLOAD_DIR = REPO_ROOT / "data" / "local"
 DOMAINS = ("sql", "math", "code", "finance")
 
@@ -56,11 +61,12 @@ def load_demo_pair(
     dtype: torch.dtype | None = None,
     draft_dtype: torch.dtype | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedModel, PreTrainedTokenizerBase]:
-    """(draft, target, tokenizer) in eval mode, each in the dtype its folder stores unless given.
+    """(draft, target, tokenizer) in eval mode, each in the dtype its folder stores unless given
+    (causal LMs, or seq2seq models for an encoder-decoder pair such as the T5 one).
 
     The default target is converted from the installed package on first use (`osd.demo.target`).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     from osd.demo.target import ensure_if_demo_target
     from osd.model_checks import check_same_tokenizer
@@ -73,6 +79,8 @@ def load_demo_pair(
             )
     tokenizer = AutoTokenizer.from_pretrained(target_path)
     check_same_tokenizer(draft_path, target_path, tokenizer)
-    draft = AutoModelForCausalLM.from_pretrained(draft_path, dtype=draft_dtype or "auto").eval()
-    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype or "auto").eval()
+    seq2seq = AutoConfig.from_pretrained(target_path).is_encoder_decoder  # the T5 pair
+    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    draft = auto.from_pretrained(draft_path, dtype=draft_dtype or "auto").eval()
+    target = auto.from_pretrained(target_path, dtype=dtype or "auto").eval()
     return draft, target, tokenizer

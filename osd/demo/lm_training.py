@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from osd.conversations import assistant_answer, user_query
+from osd.distill.data import ConversationDataset
 from osd.prompting import encode_answer, encode_prompt
 
 IGNORE = -100
@@ -34,11 +35,20 @@ def chat_example(tok: PreTrainedTokenizerBase, record: dict, max_length: int) ->
     return (prompt + answer)[:max_length], ([IGNORE] * len(prompt) + answer)[:max_length]
 
 
+def seq2seq_example(dataset: ConversationDataset, index: int) -> Example:
+    """(encoder ids, decoder labels) of an encoder-decoder dataset's record: exactly what the trainer feeds."""
+    item = dataset[index]
+    return item["input_ids"], item["labels"]
+
+
 def collate(batch: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad to the longest sequence; pads get label IGNORE and attention 0."""
+    """Right-pad ids and labels each to their longest; pads get label IGNORE and attention 0.
+
+    Decoder-only examples have labels as long as the ids (T = Td); seq2seq examples (encoder ids,
+    decoder labels) do not, and the model builds its decoder input from the labels."""
     width = max(len(ids) for ids, _ in batch)
     ids = torch.full((len(batch), width), pad_id)  # [B, T]
-    labels = torch.full((len(batch), width), IGNORE)  # [B, T]
+    labels = torch.full((len(batch), max(len(y) for _, y in batch)), IGNORE)  # [B, Td]
     mask = torch.zeros((len(batch), width), dtype=torch.long)  # [B, T]
     for i, (x, y) in enumerate(batch):
         ids[i, : len(x)], labels[i, : len(y)], mask[i, : len(x)] = torch.tensor(x), torch.tensor(y), 1
@@ -141,16 +151,18 @@ def train_lm(
 
 @torch.inference_mode()
 def eval_loss(model: PreTrainedModel, examples: list[Example], batch_size: int = 16) -> float:
-    """Mean cross-entropy per label token."""
+    """Mean cross-entropy per label token (decoder-only or seq2seq examples, as `collate`)."""
     total, count = 0.0, 0
     for i in range(0, len(examples), batch_size):
         batch = collate(examples[i : i + batch_size], model.config.pad_token_id)
-        logits = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).logits  # [B, T, V]
-        labels = batch["labels"][:, 1:]  # [B, T-1]
+        if model.config.is_encoder_decoder:  # decoder logits at t predict labels[t]
+            logits = model(**batch).logits  # [B, Td, V]
+            labels = batch["labels"]  # [B, Td]
+        else:  # logits at t predict token t + 1
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            logits, labels = logits[:, :-1], batch["labels"][:, 1:]  # [B, T-1, V], [B, T-1]
         nll = torch.nn.functional.cross_entropy(
-            logits[:, :-1].float().transpose(1, 2), labels, ignore_index=IGNORE, reduction="sum"
+            logits.float().transpose(1, 2), labels, ignore_index=IGNORE, reduction="sum"
         )
         total, count = total + nll.item(), count + int((labels != IGNORE).sum())
     return total / count

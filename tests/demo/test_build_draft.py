@@ -1,16 +1,21 @@
-"""The draft builder: seeded, and a run killed mid-way resumes to the same weights as an uninterrupted one."""
+"""The demo builders (draft, T5 pair): seeded, and a run killed mid-way resumes to the same weights as an uninterrupted one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoTokenizer, T5ForConditionalGeneration
 
 import osd.demo.lm_training as lm_training
 from osd.demo import DOMAINS, TINY_TEACHER_PATH, workload_path
 from osd.demo.build_draft import DraftBuildConfig, build
+from osd.demo.build_t5_pair import T5BuildConfig
+from osd.demo.build_t5_pair import build as build_t5_pair
+from osd.model_checks import check_same_tokenizer
 
 
 @pytest.fixture()
@@ -31,9 +36,32 @@ def _config(workload, out) -> DraftBuildConfig:
                             warmup_steps=2, checkpoint_every=2, bf16_autocast=False)  # fmt: skip
 
 
-def test_killed_build_resumes_to_the_uninterrupted_weights(small_workload, tmp_path, monkeypatch, capsys):
-    build(_config(small_workload, tmp_path / "whole"))
-    whole = load_file(tmp_path / "whole" / "model.safetensors")
+def _t5_config(workload, out) -> T5BuildConfig:
+    return T5BuildConfig(out_dir=str(out), workload_dir=str(workload), teacher_layers=2, teacher_d_model=32,
+                         teacher_d_ff=64, draft_d_model=16, draft_d_ff=32, heads=2, teacher_steps=4, draft_steps=2,
+                         batch_size=2, warmup_steps=1, max_length=48, checkpoint_every=1,
+                         bf16_autocast=False)  # fmt: skip
+
+
+# (builder, config, weight files, checkpoint files): the decoder-only demo draft and the T5 pair
+BUILDERS = {
+    "draft": (build, _config, ["model.safetensors"], ["state.pt"]),
+    "t5": (
+        build_t5_pair,
+        _t5_config,
+        ["teacher/model.safetensors", "draft/model.safetensors"],
+        ["teacher.pt"],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_killed_build_resumes_to_the_uninterrupted_weights(
+    kind, small_workload, tmp_path, monkeypatch, capsys
+):
+    builder, config, weights, checkpoints = BUILDERS[kind]
+    builder(config(small_workload, tmp_path / "whole"))
+    whole = {f: load_file(tmp_path / "whole" / f) for f in weights}
 
     calls = {"n": 0}
     clip = torch.nn.utils.clip_grad_norm_
@@ -46,16 +74,37 @@ def test_killed_build_resumes_to_the_uninterrupted_weights(small_workload, tmp_p
 
     monkeypatch.setattr(lm_training.torch.nn.utils, "clip_grad_norm_", crash_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        build(_config(small_workload, tmp_path / "resumed"))
-    assert not (tmp_path / "resumed").exists()  # nothing half-written where the draft goes
-    assert (tmp_path / "resumed.build" / "state.pt").exists()
+        builder(config(small_workload, tmp_path / "resumed"))
+    assert not (tmp_path / "resumed").exists()  # nothing half-written where the models go
+    for name in checkpoints:
+        assert (tmp_path / "resumed.build" / name).exists()
     monkeypatch.setattr(lm_training.torch.nn.utils, "clip_grad_norm_", clip)
-    build(_config(small_workload, tmp_path / "resumed"))
+    builder(config(small_workload, tmp_path / "resumed"))
     assert "resuming from" in capsys.readouterr().out
-    resumed = load_file(tmp_path / "resumed" / "model.safetensors")
-    assert whole.keys() == resumed.keys()
-    for name in whole:
-        torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=0)
-    assert not (tmp_path / "resumed.build").exists()  # the checkpoint is removed once the draft is saved
+    for f in weights:
+        resumed = load_file(tmp_path / "resumed" / f)
+        assert whole[f].keys() == resumed.keys()
+        for name in resumed:
+            torch.testing.assert_close(resumed[name], whole[f][name], rtol=0, atol=0)
+    assert not (tmp_path / "resumed.build").exists()  # the checkpoints are removed once the models are saved
     metrics = json.loads((tmp_path / "resumed" / "build_metrics.json").read_text())
-    assert metrics["parameters"] == sum(t.numel() for t in whole.values())
+    if kind == "draft":
+        assert metrics["parameters"] == sum(t.numel() for t in whole["model.safetensors"].values())
+    else:
+        assert set(metrics["eval_answer_loss"]) == set(DOMAINS)
+
+
+def test_t5_pair_shares_one_tokenizer_without_a_chat_template(small_workload, tmp_path):
+    cfg = _t5_config(small_workload, tmp_path / "t5")
+    metrics = build_t5_pair(cfg)
+    teacher, draft = (
+        T5ForConditionalGeneration.from_pretrained(tmp_path / "t5" / n) for n in ("teacher", "draft")
+    )
+    assert teacher.dtype == draft.dtype == torch.bfloat16  # stored small
+    tok = AutoTokenizer.from_pretrained(tmp_path / "t5" / "teacher")
+    check_same_tokenizer(tmp_path / "t5" / "draft", tmp_path / "t5" / "teacher", tok)  # raises otherwise
+    assert not tok.chat_template and teacher.config.decoder_start_token_id == tok.pad_token_id
+    assert metrics["draft"]["parameters"] < metrics["teacher"]["parameters"]
+    assert set(DOMAINS) < set(metrics["standard_alpha"])
+    again = build_t5_pair(dataclasses.replace(cfg, evaluate_only=True))  # re-measures the saved pair
+    assert again["eval_answer_loss"] == metrics["eval_answer_loss"] and again["draft"] == metrics["draft"]

@@ -1,4 +1,4 @@
-"""The embedded models: the default pair (shipped target, committed draft) and the tiny test pair."""
+"""The embedded models: the default pair (shipped target, committed draft), the tiny test pair and the T5 pair."""
 
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ from osd.conversations import load_conversations, user_query
 from osd.demo import (
     DOMAINS,
     DRAFT_PATH,
+    T5_DRAFT_PATH,
+    T5_TEACHER_PATH,
     TARGET_PATH,
     TINY_DRAFT_PATH,
     TINY_TEACHER_PATH,
     load_demo_pair,
     workload_path,
 )
+from osd.distill.data import ConversationDataset
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from tests.spec.test_mixed_precision import BF16_EPS, _first_divergence
@@ -135,3 +138,37 @@ def test_tiny_pair_loads_with_shared_vocabulary(tiny_pair):
 def test_tiny_pair_greedy_sd_equals_teacher_generate(tiny_pair, domain):
     assert domain in DOMAINS
     _greedy_matches_generate(*tiny_pair, domain, max_new_tokens=24)
+
+
+# ---- the T5 pair (bash_scripts/t5 on the local workload, Table-1 T5 rows) -----------------------
+
+
+@pytest.fixture(scope="module")
+def t5_pair():
+    return load_demo_pair(T5_DRAFT_PATH, T5_TEACHER_PATH, torch.float32, torch.float32)
+
+
+def test_t5_pair_loads_small_with_shared_vocabulary(t5_pair):
+    draft, teacher, tok = t5_pair
+    assert draft.config.is_encoder_decoder and teacher.config.is_encoder_decoder
+    assert draft.config.vocab_size == teacher.config.vocab_size == len(tok)
+    assert draft.num_parameters() < teacher.num_parameters() / 4
+    assert 0 < _safetensors_bytes(T5_TEACHER_PATH, T5_DRAFT_PATH) <= 20 * 2**20
+
+
+def test_t5_pair_greedy_sd_equals_teacher_generate(t5_pair):
+    """On the first eval query of each domain, encoded as the trainer does (the bare query)."""
+    draft, teacher, tok = t5_pair
+    accepted = proposed = 0
+    for domain in DOMAINS:
+        data = ConversationDataset(workload_path(domain, "eval"), tok, 128, is_encoder_decoder=True)
+        ids = torch.tensor([data[0]["prompt_ids"]])  # [1, S]: the encoder's input
+        expected = teacher.generate(ids, max_new_tokens=32, do_sample=False, eos_token_id=tok.eos_token_id)
+        out = SpeculativeDecoder(draft, teacher, gamma=4).generate(
+            ids, max_new_tokens=32, eos_token_id=tok.eos_token_id
+        )
+        assert out.generated_ids[0].tolist() == expected[0, 1:].tolist(), (
+            domain
+        )  # after the decoder start token
+        accepted, proposed = accepted + out.alpha_sum, proposed + out.num_proposed
+    assert 0 < accepted / proposed < 1  # both paths ran: the draft is neither the teacher nor useless
