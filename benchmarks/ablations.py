@@ -1,0 +1,305 @@
+"""Ablations on the demo pair (issue 12, item 4): gamma, context length, draft size, draft training.
+
+Every timed run decodes a fixed number of tokens per prompt (--max_new_tokens, EOS ignored, so
+every configuration does the same work), greedy, one torch thread. Target-only decoding is HF
+`generate` (`benchmarks.bench_engine.timed_generate`), timed at the start and at the end of the
+run; a speedup divides by the mean of the two. Speculative decoding is `osd.spec` (its own wall
+clock). c and the verify cost (target pass over gamma + 1 tokens / single-token step) are
+measured with `osd.spec.timing.step_time` at the run's mean decoding context; Eq. 2 and Eq. 2
+with the measured verify cost are `osd.cost_model`'s, at the live run's alpha.
+
+Subcommands (each writes `{out}/parts/NAME.json` with its command; `report` merges them into
+`{out}/results.json`, `table.md` and one png per ablation, see `benchmarks.ablation_report`):
+
+    # gamma: alpha replayed by osd.analysis.simulate from one recording of the target, and live
+    python -m benchmarks.ablations gamma --gammas 1 2 3 4 5 --part gamma_1-5
+    # context: prompts cut to exactly L tokens
+    python -m benchmarks.ablations context --lengths 32 64 128 --part context_short
+    # named drafts on one domain's eval prompts (draft size; online vs offline vs Standard)
+    python -m benchmarks.ablations drafts --part draft_size --drafts 1x128=outputs/ablations/drafts/1x128/standard ...
+    python -m benchmarks.ablations report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from benchmarks.bench_engine import timed_generate
+from osd.analysis.record import record_prompts, recording_header
+from osd.analysis.recording import Recording, load_recording, tokenizer_identity
+from osd.analysis.simulate import simulate
+from osd.conversations import assistant_answer, load_conversations, user_query
+from osd.cost_model import speedup, speedup_measured_verify
+from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, repo_relative, workload_path
+from osd.demo.lm_training import num_params
+from osd.distill.data import truncate_prompt
+from osd.model_checks import check_same_tokenizer
+from osd.prompting import encode_prompt
+from osd.spec.evaluate import AcceptanceStats, measure_acceptance
+from osd.spec.timing import step_time
+
+Prompt = tuple[str, list[int]]  # (id, prompt token ids)
+
+
+def write_part(out: Path, name: str, module: str, argv: Sequence[str] | None, record: dict) -> Path:
+    """`{out}/parts/{name}.json`: one run's record, with the command that wrote it."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    path = out / "parts" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python -m", module, *args])
+    path.write_text(json.dumps(repo_relative({"command": command, **record}), indent=1) + "\n")
+    return path
+
+
+def workload_prompts(
+    tokenizer: PreTrainedTokenizerBase, domains: Sequence[str], per_domain: int
+) -> list[Prompt]:
+    """The first `per_domain` eval queries of each domain, chat-template encoded."""
+    return [
+        (f"{d}/{i}", encode_prompt(tokenizer, user_query(r)))
+        for d in domains
+        for i, r in enumerate(load_conversations(workload_path(d, "eval"))[:per_domain])
+    ]
+
+
+def context_prompts(
+    tokenizer: PreTrainedTokenizerBase, domains: Sequence[str], per_domain: int, length: int
+) -> list[Prompt]:
+    """Prompts of exactly `length` tokens: the user turn is other eval records of the domain (query and
+    reference answer) followed by the eval query; the chat prompt is cut to its first token and last
+    `length - 1` (`osd.distill.data.truncate_prompt`), so the query and the assistant header stay."""
+    prompts = []
+    for d in domains:
+        records = load_conversations(workload_path(d, "eval"))
+        for i, r in enumerate(records[:per_domain]):
+            others, shots = records[per_domain:], []
+            ids = encode_prompt(tokenizer, user_query(r))
+            for other in others:
+                if len(ids) > length:
+                    break
+                shots.append(f"{user_query(other)}\n{assistant_answer(other) or ''}")
+                ids = encode_prompt(tokenizer, "\n\n".join([*shots, user_query(r)]))
+            if len(ids) < length:
+                raise ValueError(f"--lengths {length}: the {d} eval records give only {len(ids)} tokens")
+            prompts.append((f"{d}/{i}", truncate_prompt(ids, length)))
+    return prompts
+
+
+def load_draft(path: str | Path, target_path: str | Path, tokenizer, dtype: torch.dtype) -> PreTrainedModel:
+    """A draft in `dtype`, refused unless it shares the target's tokenizer."""
+    check_same_tokenizer(path, target_path, tokenizer)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+
+
+def as_tensors(prompts: Sequence[Prompt]) -> list[torch.Tensor]:
+    return [torch.tensor([ids]) for _, ids in prompts]  # each [1, T]
+
+
+def target_only(target: PreTrainedModel, prompts: Sequence[Prompt], max_new_tokens: int, pad: int) -> dict:
+    """HF greedy `generate` to exactly max_new_tokens per prompt: tokens, seconds, tokens/s."""
+    tokens, seconds = timed_generate(target, as_tensors(prompts), max_new_tokens, None, pad)
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def live(draft, target, prompts: Sequence[Prompt], gamma: int, max_new_tokens: int) -> AcceptanceStats:
+    """`osd.spec` greedy speculative decoding to exactly max_new_tokens per prompt."""
+    return measure_acceptance(draft, target, as_tensors(prompts), gamma, max_new_tokens, eos_token_id=None)
+
+
+def costs(draft, target, context: int, gammas: Sequence[int], reps: int = 10, rounds: int = 3) -> dict:
+    """Target and draft step (ms), c, and the verify cost of gamma + 1 tokens for each gamma."""
+    t_target = step_time(target, context, reps=reps, rounds=rounds)
+    t_draft = step_time(draft, context, reps=reps, rounds=rounds)
+    verify = {g: step_time(target, context, g + 1, reps=reps, rounds=rounds) / t_target for g in gammas}
+    return {"target_step_ms": 1e3 * t_target, "draft_step_ms": 1e3 * t_draft, "c": t_draft / t_target,
+            "verify_cost": verify}  # fmt: skip
+
+
+def spec_row(stats: AcceptanceStats, base_tps: float, gamma: int, c: float, verify_cost: float) -> dict:
+    """One configuration: live alpha and speed, and both Eq. 2 predictions at its alpha."""
+    measured = stats.tokens_per_s / base_tps
+    eq2 = speedup(stats.alpha, gamma, c)
+    eq2_verify = speedup_measured_verify(stats.alpha, gamma, c, verify_cost)
+    return {
+        "gamma": gamma, "alpha": stats.alpha, "mean_accepted_length": stats.mean_accepted_length,
+        "tokens_per_s": stats.tokens_per_s, "target_tokens_per_s": base_tps, "speedup": measured,
+        "c": c, "verify_cost": verify_cost, "eq2": eq2, "eq2_verify": eq2_verify,
+        "measured_over_eq2": measured / eq2, "measured_over_eq2_verify": measured / eq2_verify,
+    }  # fmt: skip
+
+
+class Session:
+    """The demo pair loaded once per run, warmed up, with the target-only baseline timed around the run."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        torch.set_num_threads(args.threads)
+        self.args, self.dtype = args, getattr(torch, args.dtype)
+        self.draft, self.target, self.tokenizer = load_demo_pair(
+            args.draft, args.target, self.dtype, self.dtype
+        )
+        self.pad = self.tokenizer.pad_token_id
+        self.baselines: list[dict] = []
+
+    def warm_up(self, prompts: Sequence[Prompt], draft: PreTrainedModel | None = None) -> None:
+        timed_generate(self.target, as_tensors(prompts[:1]), 8, None, self.pad)
+        live(draft or self.draft, self.target, prompts[:1], 2, 8)
+
+    def baseline(self, prompts: Sequence[Prompt]) -> dict:
+        """Time target-only decoding again; returns the new timing (kept in self.baselines)."""
+        self.baselines.append(target_only(self.target, prompts, self.args.max_new_tokens, self.pad))
+        return self.baselines[-1]
+
+    def record(self) -> dict:
+        return {
+            "target": self.args.target, "draft": self.args.draft, "dtype": self.args.dtype,
+            "threads": torch.get_num_threads(), "max_new_tokens": self.args.max_new_tokens,
+            "target_only": self.baselines,
+        }  # fmt: skip
+
+
+def mean_context(prompts: Sequence[Prompt], max_new_tokens: int) -> int:
+    return int(statistics.median(len(ids) for _, ids in prompts)) + max_new_tokens // 2
+
+
+def dataset_alpha(results) -> float:
+    """Token-weighted greedy alpha of simulated prompts (as AcceptanceStats weights live ones)."""
+    counted = sum(it.counted for r in results for it in r.iterations)
+    return sum(it.alpha_sum for r in results for it in r.iterations) / counted
+
+
+def recorded(session: Session, prompts: Sequence[Prompt], stem: Path) -> Recording:
+    """The target's greedy outputs on `prompts` (EOS ignored), recorded once at `stem` and reused."""
+    if Path(f"{stem}.jsonl").exists():
+        recording = load_recording(stem)
+        if [p.prompt_ids for p in recording.prompts] != [ids for _, ids in prompts]:
+            raise ValueError(
+                f"{stem}.jsonl: recorded on other prompts; delete it or pass another --recording"
+            )
+        return recording
+    header = recording_header(
+        session.args.target, session.tokenizer, "workload eval queries (benchmarks.ablations)"
+    )
+    recording = record_prompts(
+        session.target, prompts, header, session.args.max_new_tokens, eos_token_id=None
+    )
+    recording.save(stem)
+    return recording
+
+
+def run_gamma(session: Session) -> dict:
+    """gamma in --gammas: simulated and live alpha, live speedup, Eq. 2 and Eq. 2 with measured verify."""
+    args = session.args
+    prompts = workload_prompts(session.tokenizer, args.domains, args.per_domain)
+    recording = recorded(session, prompts, Path(args.recording))
+    identity = tokenizer_identity(session.tokenizer)
+    simulated = {g: dataset_alpha(simulate(recording, session.draft, identity, gamma=g)) for g in args.gammas}
+    session.warm_up(prompts)
+    base = session.baseline(prompts)["tokens_per_s"]
+    runs = {g: live(session.draft, session.target, prompts, g, args.max_new_tokens) for g in args.gammas}
+    base = (base + session.baseline(prompts)["tokens_per_s"]) / 2
+    cost = costs(session.draft, session.target, mean_context(prompts, args.max_new_tokens), args.gammas)
+    rows = [
+        spec_row(runs[g], base, g, cost["c"], cost["verify_cost"][g]) | {"alpha_simulated": simulated[g]}
+        for g in args.gammas
+    ]
+    return {"prompts": len(prompts), "recording": args.recording, "costs": cost, "rows": rows}
+
+
+def run_context(session: Session) -> dict:
+    """Prompt lengths in --lengths: c, verify cost, live speedup at --gamma, and Eq. 2's drift."""
+    args, rows = session.args, []
+    for length in args.lengths:
+        prompts = context_prompts(session.tokenizer, args.domains, args.per_domain, length)
+        session.warm_up(prompts)
+        base = session.baseline(prompts)["tokens_per_s"]
+        stats = live(session.draft, session.target, prompts, args.gamma, args.max_new_tokens)
+        base = (base + session.baseline(prompts)["tokens_per_s"]) / 2
+        cost = costs(session.draft, session.target, length + args.max_new_tokens // 2, [args.gamma])
+        row = spec_row(stats, base, args.gamma, cost["c"], cost["verify_cost"][args.gamma])
+        rows.append(
+            {"prompt_tokens": length, **row, **{k: cost[k] for k in ("target_step_ms", "draft_step_ms")}}
+        )
+        print(f"[context] {rows[-1]}", flush=True)
+    return {"prompts_per_length": len(prompts), "rows": rows}
+
+
+def run_drafts(session: Session) -> dict:
+    """Each NAME=PATH in --drafts on the same prompts at --gamma: params, c, alpha, speedup, Eq. 2."""
+    args = session.args
+    prompts = workload_prompts(session.tokenizer, args.domains, args.per_domain)
+    context = mean_context(prompts, args.max_new_tokens)
+    drafts = {}
+    for spec in args.drafts:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            raise ValueError(f"--drafts {spec!r}: expected NAME=PATH")
+        drafts[name] = (path, load_draft(path, args.target, session.tokenizer, session.dtype))
+    session.warm_up(prompts, next(iter(drafts.values()))[1])
+    base = session.baseline(prompts)["tokens_per_s"]
+    runs = {
+        name: live(d, session.target, prompts, args.gamma, args.max_new_tokens)
+        for name, (_, d) in drafts.items()
+    }
+    base = (base + session.baseline(prompts)["tokens_per_s"]) / 2
+    rows = []
+    for name, (path, draft) in drafts.items():
+        cost = costs(draft, session.target, context, [args.gamma])
+        row = spec_row(runs[name], base, args.gamma, cost["c"], cost["verify_cost"][args.gamma])
+        rows.append({"name": name, "path": path, "params_m": num_params(draft) / 1e6, **row})
+    return {"prompts": len(prompts), "rows": rows}
+
+
+RUNS = {"gamma": run_gamma, "context": run_context, "drafts": run_drafts}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="ablation", required=True)
+    for name in RUNS:
+        p = sub.add_parser(name)
+        p.add_argument("--part", default=name, help="name of this run's record under {out}/parts/")
+        p.add_argument("--target", default=str(TARGET_PATH))
+        p.add_argument("--draft", default=str(DRAFT_PATH), help="the draft (gamma, context)")
+        p.add_argument("--dtype", default="bfloat16", help="both models' dtype")
+        p.add_argument("--domains", nargs="+", default=list(DOMAINS), help="workload domains of the prompts")
+        p.add_argument("--per_domain", type=int, default=2, help="eval prompts per domain")
+        p.add_argument("--max_new_tokens", type=int, default=48, help="tokens per prompt (EOS ignored)")
+        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--out", default="outputs/ablations")
+    gamma, context, drafts = (sub.choices[n] for n in RUNS)
+    gamma.add_argument("--gammas", type=int, nargs="+", default=list(range(1, 11)))
+    gamma.add_argument(
+        "--recording", default="outputs/ablations/gamma_recording", help="stem, recorded if absent"
+    )
+    context.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256, 448])
+    for p in (context, drafts):
+        p.add_argument("--gamma", type=int, default=1, help="draft tokens per step (the pair's best_gamma)")
+    drafts.add_argument("--drafts", nargs="+", required=True, help="NAME=PATH of each draft")
+    report = sub.add_parser("report", help="merge {out}/parts into results.json, table.md and plots")
+    report.add_argument("--out", default="outputs/ablations")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
+    if args.ablation == "report":
+        from benchmarks.ablation_report import report
+
+        return report(Path(args.out))
+    record = RUNS[args.ablation](session := Session(args))
+    record = {"ablation": args.ablation, **session.record(), **record}
+    path = write_part(Path(args.out), args.part, "benchmarks.ablations", argv, record)
+    print(json.dumps(record["rows"], indent=1), f"\nwrote {path}")
+    return record
+
+
+if __name__ == "__main__":
+    main()
