@@ -87,20 +87,22 @@ def plot_context(rows: list[dict], path: Path) -> None:
     axes[2].axhline(1.0, c="gray", ls=":")
     axes[2].set(title=f"speedup, gamma {rows[0]['gamma']}")
     for ax in axes:
-        ax.set(xlabel="prompt tokens", xscale="log")
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="prompt tokens", xticks=n, xticklabels=[str(x) for x in n])
+        ax.minorticks_off()
     finish(fig, axes, path)
 
 
 def plot_draft_size(rows: list[dict], path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for kind, marker in (("standard", "o"), ("online", "s")):
+    for kind, marker, color in (("standard", "o", "C0"), ("online", "s", "C1")):
         mine = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["params_m"])
-        left.plot([r["c"] for r in mine], [r["alpha"] for r in mine], marker + "-", label=kind)
+        left.plot([r["c"] for r in mine], [r["alpha"] for r in mine], marker + "-", c=color, label=kind)
         for r in mine:
             left.annotate(r["size"], (r["c"], r["alpha"]), fontsize=8)
         p = [r["params_m"] for r in mine]
-        right.plot(p, [r["speedup"] for r in mine], marker + "-", label=f"{kind}: measured")
-        right.plot(p, [r["eq2_verify"] for r in mine], marker + ":", label=f"{kind}: Eq. 2 (verify)")
+        right.plot(p, [r["speedup"] for r in mine], marker + "-", c=color, label=f"{kind}: measured")
+        right.plot(p, [r["eq2_verify"] for r in mine], marker + ":", c=color, label=f"{kind}: Eq. 2 (verify)")
     left.set(xlabel="c (draft step / target step)", ylabel="alpha", title="alpha vs c")
     right.axhline(1.0, c="gray", ls=":")
     right.set(xlabel="draft parameters (M)", ylabel="speedup over target-only", title="speedup vs draft size")
@@ -112,10 +114,16 @@ def plot_methods(quarters: list[dict], rows: list[dict], path: Path) -> None:
     for q in quarters:
         keys = [k for k in q if k != "run"]
         left.plot(range(1, len(keys) + 1), [q[k] for k in keys], "o-", label=q["run"])
-    left.set(xlabel="quarter of the stream", ylabel="alpha", title="alpha while serving the stream")
+    if quarters:
+        keys = [k for k in quarters[0] if k != "run"]
+        left.set_xticks(range(1, len(keys) + 1), keys, fontsize=8)
+    left.set(xlabel="queries of the stream", ylabel="alpha", title="alpha while serving the stream")
     right.bar([r["name"] for r in rows], [r["speedup"] for r in rows])
     right.axhline(1.0, c="gray", ls=":")
-    right.set(ylabel="speedup over target-only", title="held-out queries, measured")
+    right.set(
+        ylabel="speedup over target-only",
+        title="held-out eval queries (updates: charged from the stream run)",
+    )
     right.tick_params(axis="x", labelrotation=15)
     finish(fig, (left, right), path)
 
