@@ -2,11 +2,14 @@
 
 Every timed run decodes a fixed number of tokens per prompt (--max_new_tokens, EOS ignored, so
 every configuration does the same work), greedy, one torch thread. Target-only decoding is HF
-`generate` (`benchmarks.bench_engine.timed_generate`), timed at the start and at the end of the
-run; a speedup divides by the mean of the two. Speculative decoding is `osd.spec` (its own wall
-clock). c and the verify cost (target pass over gamma + 1 tokens / single-token step) are
-measured with `osd.spec.timing.step_time` at the run's mean decoding context; Eq. 2 and Eq. 2
-with the measured verify cost are `osd.cost_model`'s, at the live run's alpha.
+`generate` (`benchmarks.bench_engine.timed_generate`), speculative decoding is `osd.spec` (its own
+wall clock). The machine is shared with one other 1-thread job (`/work/tools/cpu_slot`), so the
+configurations a run compares are interleaved: for each prompt, target-only decoding and every
+speculative configuration run one after the other, in an order rotated by one per prompt, so that
+load from other jobs falls on all of them alike. c and the verify cost (target pass over
+gamma + 1 tokens / single-token step) are measured with `osd.spec.timing.step_time` (median of
+repetitions, best of rounds) at the run's mean decoding context; Eq. 2 and Eq. 2 with the measured
+verify cost are `osd.cost_model`'s, at the live run's alpha.
 
 Subcommands (each writes `{out}/parts/NAME.json` with its command; `report` merges them into
 `{out}/results.json`, `table.md` and one png per ablation, see `benchmarks.ablation_report`):
@@ -43,10 +46,12 @@ from osd.demo.lm_training import num_params
 from osd.distill.data import truncate_prompt
 from osd.model_checks import check_same_tokenizer
 from osd.prompting import encode_prompt
-from osd.spec.evaluate import AcceptanceStats, measure_acceptance
+from osd.spec import SpeculativeDecoder
+from osd.spec.evaluate import AcceptanceStats
 from osd.spec.timing import step_time
 
 Prompt = tuple[str, list[int]]  # (id, prompt token ids)
+TARGET_ONLY = "target only"
 
 
 def write_part(out: Path, name: str, module: str, argv: Sequence[str] | None, record: dict) -> Path:
@@ -103,15 +108,31 @@ def as_tensors(prompts: Sequence[Prompt]) -> list[torch.Tensor]:
     return [torch.tensor([ids]) for _, ids in prompts]  # each [1, T]
 
 
-def target_only(target: PreTrainedModel, prompts: Sequence[Prompt], max_new_tokens: int, pad: int) -> dict:
-    """HF greedy `generate` to exactly max_new_tokens per prompt: tokens, seconds, tokens/s."""
-    tokens, seconds = timed_generate(target, as_tensors(prompts), max_new_tokens, None, pad)
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
-
-
-def live(draft, target, prompts: Sequence[Prompt], gamma: int, max_new_tokens: int) -> AcceptanceStats:
-    """`osd.spec` greedy speculative decoding to exactly max_new_tokens per prompt."""
-    return measure_acceptance(draft, target, as_tensors(prompts), gamma, max_new_tokens, eos_token_id=None)
+def interleaved(
+    target: PreTrainedModel,
+    configs: dict,
+    prompts: Sequence[Prompt],
+    max_new_tokens: int,
+    pad: int,
+) -> tuple[dict, dict[object, AcceptanceStats]]:
+    """Target-only HF greedy `generate` and `osd.spec` with each (draft, gamma) of `configs` (by name),
+    every one to exactly max_new_tokens per prompt, interleaved per prompt in an order rotated by one
+    each prompt. Returns (target-only tokens, seconds, tokens/s; AcceptanceStats by name)."""
+    decoders = {
+        name: SpeculativeDecoder(draft, target, gamma=gamma) for name, (draft, gamma) in configs.items()
+    }
+    names, outputs = [TARGET_ONLY, *decoders], {name: [] for name in decoders}
+    tokens, seconds = 0, 0.0
+    for i, ids in enumerate(as_tensors(prompts)):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            if name == TARGET_ONLY:
+                t, s = timed_generate(target, [ids], max_new_tokens, None, pad)
+                tokens, seconds = tokens + t, seconds + s
+            else:
+                out = decoders[name].generate(ids, max_new_tokens=max_new_tokens, eos_token_id=None)
+                outputs[name].append(out)
+    base = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+    return base, {name: AcceptanceStats.from_outputs(o) for name, o in outputs.items()}
 
 
 def costs(draft, target, context: int, gammas: Sequence[int], reps: int = 10, rounds: int = 3) -> dict:
@@ -137,7 +158,7 @@ def spec_row(stats: AcceptanceStats, base_tps: float, gamma: int, c: float, veri
 
 
 class Session:
-    """The demo pair loaded once per run, warmed up, with the target-only baseline timed around the run."""
+    """The demo pair loaded once per run, and the run's target-only timings."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
@@ -145,22 +166,22 @@ class Session:
         self.draft, self.target, self.tokenizer = load_demo_pair(
             args.draft, args.target, self.dtype, self.dtype
         )
-        self.pad = self.tokenizer.pad_token_id
         self.baselines: list[dict] = []
 
-    def warm_up(self, prompts: Sequence[Prompt], draft: PreTrainedModel | None = None) -> None:
-        timed_generate(self.target, as_tensors(prompts[:1]), 8, None, self.pad)
-        live(draft or self.draft, self.target, prompts[:1], 2, 8)
-
-    def baseline(self, prompts: Sequence[Prompt]) -> dict:
-        """Time target-only decoding again; returns the new timing (kept in self.baselines)."""
-        self.baselines.append(target_only(self.target, prompts, self.args.max_new_tokens, self.pad))
-        return self.baselines[-1]
+    def run(self, configs: dict, prompts: Sequence[Prompt]) -> tuple[float, dict[object, AcceptanceStats]]:
+        """Warm up, then `interleaved`; returns (target-only tokens/s, AcceptanceStats by name)."""
+        pad = self.tokenizer.pad_token_id
+        interleaved(self.target, configs, prompts[:1], 8, pad)  # warm-up
+        base, stats = interleaved(self.target, configs, prompts, self.args.max_new_tokens, pad)
+        self.baselines.append(base)
+        return base["tokens_per_s"], stats
 
     def record(self) -> dict:
         return {
             "target": self.args.target, "draft": self.args.draft, "dtype": self.args.dtype,
             "threads": torch.get_num_threads(), "max_new_tokens": self.args.max_new_tokens,
+            "timing": "per prompt: target-only and each configuration in turn (order rotated by one per "
+                      "prompt); the machine shared with one other 1-thread job",
             "target_only": self.baselines,
         }  # fmt: skip
 
@@ -201,10 +222,7 @@ def run_gamma(session: Session) -> dict:
     recording = recorded(session, prompts, Path(args.recording))
     identity = tokenizer_identity(session.tokenizer)
     simulated = {g: dataset_alpha(simulate(recording, session.draft, identity, gamma=g)) for g in args.gammas}
-    session.warm_up(prompts)
-    base = session.baseline(prompts)["tokens_per_s"]
-    runs = {g: live(session.draft, session.target, prompts, g, args.max_new_tokens) for g in args.gammas}
-    base = (base + session.baseline(prompts)["tokens_per_s"]) / 2
+    base, runs = session.run({g: (session.draft, g) for g in args.gammas}, prompts)
     cost = costs(session.draft, session.target, mean_context(prompts, args.max_new_tokens), args.gammas)
     rows = [
         spec_row(runs[g], base, g, cost["c"], cost["verify_cost"][g]) | {"alpha_simulated": simulated[g]}
@@ -218,12 +236,9 @@ def run_context(session: Session) -> dict:
     args, rows = session.args, []
     for length in args.lengths:
         prompts = context_prompts(session.tokenizer, args.domains, args.per_domain, length)
-        session.warm_up(prompts)
-        base = session.baseline(prompts)["tokens_per_s"]
-        stats = live(session.draft, session.target, prompts, args.gamma, args.max_new_tokens)
-        base = (base + session.baseline(prompts)["tokens_per_s"]) / 2
+        base, runs = session.run({"sd": (session.draft, args.gamma)}, prompts)
         cost = costs(session.draft, session.target, length + args.max_new_tokens // 2, [args.gamma])
-        row = spec_row(stats, base, args.gamma, cost["c"], cost["verify_cost"][args.gamma])
+        row = spec_row(runs["sd"], base, args.gamma, cost["c"], cost["verify_cost"][args.gamma])
         rows.append(
             {"prompt_tokens": length, **row, **{k: cost[k] for k in ("target_step_ms", "draft_step_ms")}}
         )
@@ -242,13 +257,7 @@ def run_drafts(session: Session) -> dict:
         if not sep:
             raise ValueError(f"--drafts {spec!r}: expected NAME=PATH")
         drafts[name] = (path, load_draft(path, args.target, session.tokenizer, session.dtype))
-    session.warm_up(prompts, next(iter(drafts.values()))[1])
-    base = session.baseline(prompts)["tokens_per_s"]
-    runs = {
-        name: live(d, session.target, prompts, args.gamma, args.max_new_tokens)
-        for name, (_, d) in drafts.items()
-    }
-    base = (base + session.baseline(prompts)["tokens_per_s"]) / 2
+    base, runs = session.run({name: (d, args.gamma) for name, (_, d) in drafts.items()}, prompts)
     rows = []
     for name, (path, draft) in drafts.items():
         cost = costs(draft, session.target, context, [args.gamma])
