@@ -9,7 +9,8 @@ speculative configuration run one after the other, in an order rotated by one pe
 load from other jobs falls on all of them alike. c and the verify cost (target pass over
 gamma + 1 tokens / single-token step) are measured with `osd.spec.timing.step_time` (median of
 repetitions, best of rounds) at the run's mean decoding context; Eq. 2 and Eq. 2 with the measured
-verify cost are `osd.cost_model`'s, at the live run's alpha.
+verify cost are `osd.cost_model`'s, at the live run's alpha. The costs are medians over rounds of
+per-round ratios (`costs`).
 
 Subcommands (each writes `{out}/parts/NAME.json` with its command; `report` merges them into
 `{out}/results.json`, `table.md` and one png per ablation, see `benchmarks.ablation_report`):
@@ -135,13 +136,25 @@ def interleaved(
     return base, {name: AcceptanceStats.from_outputs(o) for name, o in outputs.items()}
 
 
-def costs(draft, target, context: int, gammas: Sequence[int], reps: int = 10, rounds: int = 3) -> dict:
-    """Target and draft step (ms), c, and the verify cost of gamma + 1 tokens for each gamma."""
-    t_target = step_time(target, context, reps=reps, rounds=rounds)
-    t_draft = step_time(draft, context, reps=reps, rounds=rounds)
-    verify = {g: step_time(target, context, g + 1, reps=reps, rounds=rounds) / t_target for g in gammas}
-    return {"target_step_ms": 1e3 * t_target, "draft_step_ms": 1e3 * t_draft, "c": t_draft / t_target,
-            "verify_cost": verify}  # fmt: skip
+def costs(draft, target, context: int, gammas: Sequence[int], rounds: int = 7, reps: int = 10) -> dict:
+    """Target and draft step (ms), c, and the verify cost of gamma + 1 tokens for each gamma: each round
+    times every forward once (`step_time`, median of `reps`), and every ratio is the median over
+    rounds of that round's ratio, so that load changing between rounds cancels in the ratios."""
+    lengths = [1, *(g + 1 for g in gammas)]
+    per_round = [
+        ([step_time(target, context, n, reps=reps, rounds=1) for n in lengths], step_time(draft, context, reps=reps, rounds=1))
+        for _ in range(rounds)
+    ]  # fmt: skip
+    target_steps = [t[0] for t, _ in per_round]
+    return {
+        "target_step_ms": 1e3 * statistics.median(target_steps),
+        "draft_step_ms": 1e3 * statistics.median(d for _, d in per_round),
+        "c": statistics.median(d / t[0] for t, d in per_round),
+        "verify_cost": {
+            g: statistics.median(t[i + 1] / t[0] for t, _ in per_round) for i, g in enumerate(gammas)
+        },
+        "rounds": rounds,
+    }
 
 
 def spec_row(stats: AcceptanceStats, base_tps: float, gamma: int, c: float, verify_cost: float) -> dict:
