@@ -23,7 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from benchmarks.online_common import markdown_table  # noqa: E402
 
 GAMMA_COLUMNS = {"gamma": "gamma", "alpha_simulated": "alpha (simulated)", "alpha": "alpha (live)",
-                 "mean_accepted_length": "accepted / step", "tokens_per_s": "tok/s", "speedup": "speedup",
+                 "mean_accepted_length": "accepted / step", "target_tokens_per_s": "target tok/s",
+                 "tokens_per_s": "tok/s", "speedup": "speedup",
                  "eq2": "Eq. 2", "verify_cost": "verify cost", "eq2_verify": "Eq. 2 (verify)",
                  "measured_over_eq2_verify": "measured / Eq. 2 (verify)"}  # fmt: skip
 CONTEXT_COLUMNS = {"prompt_tokens": "prompt tokens", "target_step_ms": "target step (ms)",

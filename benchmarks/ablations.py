@@ -136,7 +136,7 @@ def interleaved(
     return base, {name: AcceptanceStats.from_outputs(o) for name, o in outputs.items()}
 
 
-def costs(draft, target, context: int, gammas: Sequence[int], rounds: int = 7, reps: int = 10) -> dict:
+def costs(draft, target, context: int, gammas: Sequence[int], rounds: int, reps: int) -> dict:
     """Target and draft step (ms), c, and the verify cost of gamma + 1 tokens for each gamma: each round
     times every forward once (`step_time`, median of `reps`), and every ratio is the median over
     rounds of that round's ratio, so that load changing between rounds cancels in the ratios."""
@@ -189,12 +189,16 @@ class Session:
         self.baselines.append(base)
         return base["tokens_per_s"], stats
 
+    def costs(self, draft: PreTrainedModel, context: int, gammas: Sequence[int]) -> dict:
+        return costs(draft, self.target, context, gammas, self.args.cost_rounds, self.args.cost_reps)
+
     def record(self) -> dict:
         return {
             "target": self.args.target, "draft": self.args.draft, "dtype": self.args.dtype,
             "threads": torch.get_num_threads(), "max_new_tokens": self.args.max_new_tokens,
             "timing": "per prompt: target-only and each configuration in turn (order rotated by one per "
                       "prompt); the machine shared with one other 1-thread job",
+            "cost_rounds": self.args.cost_rounds, "cost_reps": self.args.cost_reps,
             "target_only": self.baselines,
         }  # fmt: skip
 
@@ -236,7 +240,7 @@ def run_gamma(session: Session) -> dict:
     identity = tokenizer_identity(session.tokenizer)
     simulated = {g: dataset_alpha(simulate(recording, session.draft, identity, gamma=g)) for g in args.gammas}
     base, runs = session.run({g: (session.draft, g) for g in args.gammas}, prompts)
-    cost = costs(session.draft, session.target, mean_context(prompts, args.max_new_tokens), args.gammas)
+    cost = session.costs(session.draft, mean_context(prompts, args.max_new_tokens), args.gammas)
     rows = [
         spec_row(runs[g], base, g, cost["c"], cost["verify_cost"][g]) | {"alpha_simulated": simulated[g]}
         for g in args.gammas
@@ -250,7 +254,7 @@ def run_context(session: Session) -> dict:
     for length in args.lengths:
         prompts = context_prompts(session.tokenizer, args.domains, args.per_domain, length)
         base, runs = session.run({"sd": (session.draft, args.gamma)}, prompts)
-        cost = costs(session.draft, session.target, length + args.max_new_tokens // 2, [args.gamma])
+        cost = session.costs(session.draft, length + args.max_new_tokens // 2, [args.gamma])
         row = spec_row(runs["sd"], base, args.gamma, cost["c"], cost["verify_cost"][args.gamma])
         rows.append(
             {"prompt_tokens": length, **row, **{k: cost[k] for k in ("target_step_ms", "draft_step_ms")}}
@@ -273,7 +277,7 @@ def run_drafts(session: Session) -> dict:
     base, runs = session.run({name: (d, args.gamma) for name, (_, d) in drafts.items()}, prompts)
     rows = []
     for name, (path, draft) in drafts.items():
-        cost = costs(draft, session.target, context, [args.gamma])
+        cost = session.costs(draft, context, [args.gamma])
         row = spec_row(runs[name], base, args.gamma, cost["c"], cost["verify_cost"][args.gamma])
         rows.append({"name": name, "path": path, "params_m": num_params(draft) / 1e6, **row})
     return {"prompts": len(prompts), "rows": rows}
@@ -295,6 +299,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--per_domain", type=int, default=2, help="eval prompts per domain")
         p.add_argument("--max_new_tokens", type=int, default=48, help="tokens per prompt (EOS ignored)")
         p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--cost_rounds", type=int, default=15, help="rounds of the cost timings (see costs)")
+        p.add_argument("--cost_reps", type=int, default=3, help="forwards per model per round (median)")
         p.add_argument("--out", default="outputs/ablations")
     gamma, context, drafts = (sub.choices[n] for n in RUNS)
     gamma.add_argument("--gammas", type=int, nargs="+", default=list(range(1, 11)))
