@@ -36,7 +36,8 @@ def test_gamma_rows_simulated_alpha_equals_live_and_eq2_is_the_cost_model(tmp_pa
         )
         assert r["speedup"] == pytest.approx(r["tokens_per_s"] / r["target_tokens_per_s"])
         assert r["verify_cost"] > 0 and r["c"] > 0
-    assert record["target_only"][0]["tokens"] == 6 * 4  # one interleaved target-only run: 4 prompts x 6 tokens
+    # one interleaved target-only run: 4 prompts x 6 tokens
+    assert record["target_only"][0]["tokens"] == 6 * 4
     part = json.loads((tmp_path / "parts" / "gamma.json").read_text())
     assert part["command"].startswith("python -m benchmarks.ablations gamma --gammas 1 3")
     # the second run reuses the recording, and refuses it for other prompts
