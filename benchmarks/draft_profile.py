@@ -6,9 +6,10 @@ ratio), randomly initialised: latency does not depend on the weights. For each, 
 dtype: a cached one-token step after --context tokens (`osd.spec.timing.step_time`; every model
 timed --repeats times, interleaved, the fastest kept), c = draft step / target step, and Eq. 2 (`osd.cost_model`) at the best gamma for an acceptance rate alpha.
 alpha is --alpha for every draft (the same acceptance isolates latency, DSD's question), or, with
---train_steps N, each draft trained N steps (same data, batch and seed for all) on the demo
-workload's train answers and its greedy alpha replayed (`osd.analysis.simulate`) against one
-recording of the target on --eval_prompts eval queries.
+--train_steps N, each draft distilled from the target N steps by `osd.train --mode offline`
+(same data, batch, learning rate and seed for all: the demo workload's training queries, sample
+source teacher, i.e. their reference answers scored by the target, forward KL) and its greedy alpha
+replayed (`osd.analysis.simulate`) against one recording of the target on --eval_prompts eval queries.
 
 Writes {out}/results.json (with the command), table.md and profile.png (step latency against
 width, one line per depth; Eq. 2 throughput against parameters).
@@ -23,7 +24,9 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import sys
+import time
 from pathlib import Path
 
 import matplotlib
@@ -37,11 +40,12 @@ from osd.analysis.analyze import summarize  # noqa: E402
 from osd.analysis.record import record_conversations  # noqa: E402
 from osd.analysis.recording import Recording, tokenizer_identity  # noqa: E402
 from osd.analysis.simulate import simulate, write_outputs  # noqa: E402
-from osd.conversations import load_conversations  # noqa: E402
+from osd.conversations import load_conversations, save_conversations  # noqa: E402
 from osd.cost_model import best_gamma, speedup  # noqa: E402
 from osd.demo import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa: E402
-from osd.demo.lm_training import chat_example, num_params, train_lm  # noqa: E402
+from osd.demo.lm_training import num_params  # noqa: E402
 from osd.spec.timing import step_time  # noqa: E402
+from osd.train import main as train_main  # noqa: E402
 
 
 def make_draft(target: PreTrainedModel, depth: int, width: int) -> PreTrainedModel:
@@ -58,13 +62,33 @@ def make_draft(target: PreTrainedModel, depth: int, width: int) -> PreTrainedMod
     return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
 
 
-def train_draft(draft: PreTrainedModel, tokenizer, steps: int, batch: int, lr: float) -> dict:
-    """`steps` AdamW steps on the four domains' train answers (chat template), the same for every draft."""
-    records = [r for d in DOMAINS for r in load_conversations(workload_path(d, "train"))]
-    examples = [chat_example(tokenizer, r, 256) for r in records]
-    if draft.config.pad_token_id is None:
-        draft.config.pad_token_id = tokenizer.eos_token_id
-    return train_lm(draft, examples, steps, batch, lr, warmup_steps=max(1, steps // 10), seed=0, name="draft")
+def distill_draft(
+    draft: PreTrainedModel, tokenizer, args: argparse.Namespace, work: Path
+) -> tuple[PreTrainedModel, dict]:
+    """(the draft after --train_steps steps of `osd.train` offline distillation from --target, its
+    training record); the same data, batch, learning rate and seed for every draft."""
+    init, run, data = work / "init", work / "distill", work / "train.json"
+    shutil.rmtree(work, ignore_errors=True)
+    draft.save_pretrained(init)
+    tokenizer.save_pretrained(init)
+    save_conversations([r for d in DOMAINS for r in load_conversations(workload_path(d, "train"))], data)
+    argv = [
+        "--student_model_path", str(init), "--teacher_model_path", args.target, "--teacher_dtype", args.dtype,
+        "--data_path", str(data), "--output_dir", str(run), "--mode", "offline", "--sample_source", "teacher",
+        "--kl_method", "forward", "--max_steps", str(args.train_steps),
+        "--per_device_train_batch_size", str(args.train_batch), "--learning_rate", str(args.lr),
+        "--warmup_steps", str(max(1, args.train_steps // 10)), "--model_max_length", "256",
+        "--eval_strategy", "no", "--eval_on_start", "False", "--save_strategy", "no", "--report_to", "none",
+        "--logging_steps", str(max(1, args.train_steps // 10)), "--use_cpu", "True", "--disable_tqdm", "True",
+        "--seed", "0",
+    ]  # fmt: skip
+    start = time.time()
+    train_main(argv)
+    state = json.loads((run / "trainer_state.json").read_text())
+    losses = [e["loss"] for e in state["log_history"] if "loss" in e]
+    record = {"distill_steps": state["global_step"], "distill_seconds": time.time() - start,
+              "distill_first_loss": losses[0], "distill_last_loss": losses[-1]}  # fmt: skip
+    return AutoModelForCausalLM.from_pretrained(run, dtype=torch.float32).eval(), record
 
 
 def greedy_alpha(
@@ -104,7 +128,7 @@ def plot(rows: list[dict], target_ms: float, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(TARGET_PATH))
     ap.add_argument("--dtype", default="bfloat16", help="target and drafts, for timing and replay")
@@ -124,7 +148,7 @@ def main() -> None:
     )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/draft_profile")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     out, dtype = Path(args.out), getattr(torch, args.dtype)
     out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +165,8 @@ def main() -> None:
             draft = make_draft(target, depth, width)
             row = {"depth": depth, "width": width, "params_m": num_params(draft) / 1e6}
             if args.train_steps:
-                row |= train_draft(draft, tokenizer, args.train_steps, args.train_batch, args.lr)
+                draft, trained = distill_draft(draft, tokenizer, args, out / f"distill_d{depth}_w{width}")
+                row |= trained
             draft = draft.to(dtype)
             row["alpha"] = args.alpha
             if recording is not None:
@@ -167,13 +192,15 @@ def main() -> None:
         row["eq2_tokens_per_s"] = row["eq2_speedup"] / t_target
     target_ms = t_target * 1e3
     record = {
-        "command": " ".join(["python benchmarks/draft_profile.py", *sys.argv[1:]]),
+        "command": " ".join(
+            ["python benchmarks/draft_profile.py", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "target": os.path.abspath(args.target),
         "dtype": args.dtype,
         "threads": args.threads,
         "context": args.context,
         "target_step_ms_all": [t * 1e3 for t in times[0]],
-        "alpha_source": f"replayed greedy alpha after {args.train_steps} steps"
+        "alpha_source": f"replayed greedy alpha after {args.train_steps} osd.train distillation steps"
         if args.train_steps
         else "--alpha",
         "rows": rows,
@@ -190,6 +217,7 @@ def main() -> None:
     (out / "table.md").write_text("\n".join(lines) + "\n")
     plot(rows, target_ms, out / "profile.png")
     print("\n".join(lines))
+    return rows
 
 
 if __name__ == "__main__":

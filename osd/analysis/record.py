@@ -99,16 +99,22 @@ def record_conversations(
     target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype).eval()
     records = load_conversations(conversations)[:limit]
     prompts = [(str(r.get("id", i)), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
+    header = recording_header(target_path, tokenizer, os.path.abspath(conversations))
+    return record_prompts(target, prompts, header, eos_token_id=tokenizer.eos_token_id, **kwargs)
+
+
+def recording_header(target_path: str | Path, tokenizer: PreTrainedTokenizerBase, source: str | list) -> dict:
+    """The header fields naming the target, its tokenizer, the prompt template and the prompts' source."""
     header = repo_relative(
         {
             "model": os.path.abspath(target_path) if Path(target_path).exists() else str(target_path),
             "tokenizer": tokenizer_identity(tokenizer),
             "prompt_template": getattr(tokenizer, "chat_template", None) or PLAIN_TEMPLATE,
-            "conversations": os.path.abspath(conversations),
+            "conversations": source,
         }
     )
     header["tokenizer"]["name"] = header["model"]
-    return record_prompts(target, prompts, header, eos_token_id=tokenizer.eos_token_id, **kwargs)
+    return header
 
 
 def main(argv: Sequence[str] | None = None) -> None:
