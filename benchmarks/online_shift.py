@@ -70,6 +70,18 @@ def group_rows(runs: dict[str, list[dict]], groups: list[str], n: int) -> list[d
     return rows
 
 
+def plot_groups(runs: dict[str, list[dict]], groups: list[str], out: Path, window: int, title: str) -> Path:
+    """alpha of each group's queries over the queries served, online (solid) and Standard (dashed)."""
+    curves, styles = {}, {}
+    for i, group in enumerate(groups):
+        for name, ls in (("online", "-"), ("Standard", "--")):
+            curves[f"{group}, {name}"] = alpha_series(of_group(runs[name], group))
+            styles[f"{group}, {name}"] = {"color": f"C{i % 10}", "ls": ls}
+    return plot_alpha(
+        curves, out, window=window, styles=styles, title=f"{title}: online (solid), Standard (dashed)"
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = make_parser(__doc__)
     parser.add_argument("--kind", choices=["abrupt", "drift", "mix"], default="abrupt")
@@ -121,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": rows,
         "final_update_time_share": online[-1]["update_time_share"],
     }
-    title = f"{args.kind} stream over {', '.join(sources)}: online (update every {args.update_interval})"
+    title = f"{args.kind} stream, {len(sources)} {field}s: online (update every {args.update_interval})"
     plot_alpha(
         {name: alpha_series(e) for name, e in runs.items()},
         out / "alpha.png",
@@ -136,17 +148,12 @@ def main(argv: list[str] | None = None) -> dict:
     if args.kind != "abrupt":  # the sources are interleaved: alpha of each one's queries (Fig. 5)
         results["groups"] = group_rows(runs, list(sources), n)
         table += f"\n\nalpha per {field}:\n\n" + markdown_table(results["groups"], list(results["groups"][0]))
-        curves, styles = {}, {}
-        for i, group in enumerate(sources):
-            for name, ls in (("online", "-"), ("Standard", "--")):
-                curves[f"{group}, {name}"] = alpha_series(of_group(runs[name], group))
-                styles[f"{group}, {name}"] = {"color": f"C{i % 10}", "ls": ls}
-        plot_alpha(
-            curves,
+        plot_groups(
+            runs,
+            list(sources),
             out / "alpha_groups.png",
-            window=args.window,
-            styles=styles,
-            title=f"{title}: alpha per {field}, online (solid) vs Standard (dashed)",
+            args.window,
+            f"{args.kind} stream: alpha per {field}",
         )
     save_results(out, results, table)
     return results
