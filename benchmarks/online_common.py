@@ -167,15 +167,17 @@ def read_entries(out_dir: Path) -> list[dict]:
 
 
 def label_queries(entries: Sequence[dict], stream: Sequence[dict]) -> list[dict]:
-    """Each query's log entry with its stream record's grouping fields added as "groups"
-    ({"dataset": ..., "topic": ...}); the entries must be one per query, in stream order."""
-    counts = [e["queries"] for e in entries]
-    if counts != list(range(1, len(stream) + 1)):
+    """Each query's log entry (one per query, in stream order) with its stream position added as
+    "query" (1-based) and its record's grouping fields as "groups" ({"dataset": ..., "topic": ...})."""
+    if len(entries) != len(stream):
         raise ValueError(
             f"expected one log entry per query for {len(stream)} queries (--online_eval_interval 1), "
-            f"got entries at query counts {counts[:5]}... ({len(entries)} entries)"
+            f"got {len(entries)} entries"
         )
-    return [{**e, "groups": record_groups(r)} for e, r in zip(entries, stream, strict=True)]
+    return [
+        {**e, "query": i + 1, "groups": record_groups(r)}
+        for i, (e, r) in enumerate(zip(entries, stream, strict=True))
+    ]
 
 
 def of_group(entries: Sequence[dict], group: str) -> list[dict]:
@@ -184,9 +186,10 @@ def of_group(entries: Sequence[dict], group: str) -> list[dict]:
 
 
 def alpha_over(entries: Sequence[dict], start: int, end: int, group: str | None = None) -> float:
-    """Token-weighted alpha over queries start+1..end (optionally only those of one group value)."""
+    """Token-weighted alpha over queries start+1..end of `label_queries` entries (optionally only
+    those of one group value)."""
     picked = [
-        e for e in (entries if group is None else of_group(entries, group)) if start < e["queries"] <= end
+        e for e in (entries if group is None else of_group(entries, group)) if start < e["query"] <= end
     ]
     picked = [e for e in picked if e["proposed"]]
     proposed = sum(e["proposed"] for e in picked)

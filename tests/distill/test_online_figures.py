@@ -97,4 +97,4 @@ def test_unknown_topic_and_bad_fraction_are_errors_naming_them():
 def test_label_queries_refuses_entries_that_are_not_one_per_query():
     stream = [{"conversation": [], "topic": "a"}, {"conversation": [], "topic": "b"}]
     with pytest.raises(ValueError, match="one log entry per query for 2 queries"):
-        online_common.label_queries([{"queries": 2, "alpha": 0.5, "proposed": 4}], stream)
+        online_common.label_queries([{"alpha": 0.5, "proposed": 4}], stream)
