@@ -86,7 +86,7 @@ def run_online(
     draft); returns its per-query log entries, labelled with their records' groups (`label_queries`)."""
     fresh_run_dir(out_dir, stream, "stream.json")
     argv = [
-        "--student_model_path", str(DRAFT_PATH), "--teacher_model_path", str(TARGET_PATH),
+        "--student_model_path", str(student or DRAFT_PATH), "--teacher_model_path", str(TARGET_PATH),
         "--teacher_dtype", "bfloat16", "--draft_serving_dtype", "bfloat16",
         "--data_path", str(out_dir / "stream.json"), "--output_dir", str(out_dir), "--mode", "online",
         "--kl_method", "forward", "--max_propose_num", str(gamma), "--max_new_tokens", str(max_new_tokens),

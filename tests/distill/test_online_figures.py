@@ -33,7 +33,9 @@ def test_static_drafts_are_distilled_on_the_stream_prefix_and_reported_per_segme
         trained_on = load_conversations(out / f"offline{i}_draft" / "train.json")
         assert trained_on == stream[: int(f * len(stream) + 0.5)]  # 2, 4 and 8 of the 8 queries
         assert results["static_records"][name] == len(trained_on)
-        # each static draft served the whole stream, never updated
+        # each static draft served the whole stream (that draft, not the demo one), never updated
+        served_by = json.loads((out / f"offline{i}" / "run.json").read_text())["student_model_path"]
+        assert served_by == str((out / f"offline{i}_draft").resolve())
         served = load_conversations(out / f"offline{i}" / "stream.json")
         assert served == stream
         entries = online_common.read_entries(out / f"offline{i}")
