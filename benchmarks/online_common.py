@@ -5,7 +5,12 @@ Every run goes through the real command line (`osd.train --mode online`, or
 `osd.distill.routing` for routed drafts) with --online_eval_interval 1, so each metrics.jsonl
 entry is one query. A "static" run (--online_update_interval larger than the stream) serves the
 same stream without ever updating: Standard speculative decoding with that draft, as the
-reference's baseline scripts did.
+reference's baseline scripts did. Static baselines distilled offline beforehand (`static_runs`)
+all get the same budget: --offline_steps on-policy steps of 8 records, whatever their data.
+
+Per-group alpha (by dataset / topic / language) is read by joining each query's log entry with its
+stream record (`label_queries`), not from the trainer's per-group log keys, so no driver depends
+on how those keys are named.
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from osd.conversations import load_conversations, save_conversations
+from osd.conversations import load_conversations, record_groups, save_conversations
 from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
-from osd.metric_keys import ALPHA, ALPHA_WINDOW, QUERIES_SERVED
+from osd.metric_keys import ALPHA_WINDOW
 from osd.plots import read_log
 
 NEVER = 10**9  # an update interval no stream reaches: the draft stays as it is
@@ -50,6 +55,17 @@ def load_sources(domains: Sequence[str], split: str = "train") -> dict[str, list
     return {d: load_conversations(Path(WORKLOAD_DIR) / f"{d}_{split}.json") for d in domains}
 
 
+def topic_sources(domains: Sequence[str], topics: Sequence[str]) -> dict[str, list[dict]]:
+    """The records of each topic (the workload's `topic` field, any of `domains`), by topic, in file order."""
+    records = [r for recs in load_sources(domains).values() for r in recs]
+    sources = {t: [r for r in records if r.get("topic") == t] for t in topics}
+    missing = [t for t, recs in sources.items() if not recs]
+    if missing:
+        known = sorted({r["topic"] for r in records if isinstance(r.get("topic"), str)})
+        raise ValueError(f"no record of {domains} has topic {missing}; topics there: {known}")
+    return sources
+
+
 def fresh_run_dir(out_dir: Path, records: list[dict], data_name: str) -> None:
     """An empty run folder (a rerun starts over, never resumes an old run) holding the run's data file."""
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -60,7 +76,7 @@ def fresh_run_dir(out_dir: Path, records: list[dict], data_name: str) -> None:
 def run_online(
     out_dir: Path,
     stream: list[dict],
-    student: str | Path = DRAFT_PATH,
+    student: str | Path | None = None,
     update_interval: int = 1,
     learning_rate: float = 1e-4,
     max_new_tokens: int = 64,
@@ -68,10 +84,11 @@ def run_online(
     gamma: int = GAMMA,
     extra: Sequence[str] = (),
 ) -> list[dict]:
-    """Serve `stream` (and distil unless update_interval is NEVER); returns its per-query log entries."""
+    """Serve `stream` (and distil unless update_interval is NEVER) with `student` (default: the demo
+    draft); returns its per-query log entries, labelled with their records' groups (`label_queries`)."""
     fresh_run_dir(out_dir, stream, "stream.json")
     argv = [
-        "--student_model_path", str(student), "--teacher_model_path", str(TARGET_PATH),
+        "--student_model_path", str(student or DRAFT_PATH), "--teacher_model_path", str(TARGET_PATH),
         "--teacher_dtype", "bfloat16", "--draft_serving_dtype", "bfloat16",
         "--data_path", str(out_dir / "stream.json"), "--output_dir", str(out_dir), "--mode", "online",
         "--kl_method", "forward", "--max_propose_num", str(gamma), "--max_new_tokens", str(max_new_tokens),
@@ -89,23 +106,22 @@ def run_online(
         argv += ["--route_by", route_by]
     print(f"[online] {out_dir}: {len(stream)} queries, update interval {update_interval}", file=sys.stderr)
     main(argv)
-    return read_entries(out_dir)
+    return label_queries(read_entries(out_dir), stream)
 
 
 def run_offline(
     out_dir: Path,
     records: list[dict],
-    student: str | Path = DRAFT_PATH,
     max_steps: int = 60,
     learning_rate: float = 1e-4,
     max_new_tokens: int = 48,
 ) -> Path:
-    """A static baseline: offline distillation (on-policy: student samples, forward KL) on `records`,
-    with bash_scripts/demo/offline.sh's settings but gradients clipped at 1.0, as recorded; returns the draft's
-    folder (out_dir)."""
+    """A static baseline: the demo draft distilled offline (on-policy: student samples, forward KL) on
+    `records`, with bash_scripts/demo/offline.sh's settings but gradients clipped at 1.0, as recorded;
+    returns the draft's folder (out_dir)."""
     fresh_run_dir(out_dir, records, "train.json")
     argv = [
-        "--student_model_path", str(student), "--teacher_model_path", str(TARGET_PATH), "--teacher_dtype", "bfloat16",
+        "--student_model_path", str(DRAFT_PATH), "--teacher_model_path", str(TARGET_PATH), "--teacher_dtype", "bfloat16",
         "--data_path", str(out_dir / "train.json"), "--output_dir", str(out_dir), "--mode", "offline",
         "--sample_source", "student", "--kl_method", "forward", "--max_propose_num", "1",
         "--max_steps", str(max_steps), "--per_device_train_batch_size", "8", "--learning_rate", str(learning_rate),
@@ -121,17 +137,64 @@ def run_offline(
     return out_dir
 
 
+def prefix_samples(stream: Sequence[dict], fractions: Sequence[float]) -> dict[str, list[dict]]:
+    """The stream's first round(f * len) records (at least one) for each fraction f, by baseline name:
+    the traffic a static draft is distilled on once (the reference's sample_online_distill.sh at 10%,
+    its sharp_sample.sh drafts at 30/50/70% and the 100% one of plot_shift.py)."""
+    for f in fractions:
+        if not 0 < f <= 1:
+            raise ValueError(f"static draft fraction {f}: expected a share of the stream in (0, 1]")
+    return {f"offline, first {f:.0%}": list(stream[: max(1, round(f * len(stream)))]) for f in fractions}
+
+
+def static_runs(
+    out: Path, stream: list[dict], samples: dict[str, list[dict]], steps: int, learning_rate: float
+) -> dict[str, list[dict]]:
+    """Static baselines: for each named sample, a draft distilled offline on it (`run_offline`, `steps`
+    steps of 8 records: the same budget for every sample) in {out}/offline{i}_draft, then `stream`
+    served with that draft, never updated ({out}/offline{i}); the per-query entries by name."""
+    runs = {}
+    for i, (name, records) in enumerate(samples.items()):
+        draft = run_offline(out / f"offline{i}_draft", records, max_steps=steps, learning_rate=learning_rate)
+        runs[name] = run_online(
+            out / f"offline{i}", stream, student=draft, update_interval=NEVER, learning_rate=learning_rate
+        )
+    return runs
+
+
 def read_entries(out_dir: Path) -> list[dict]:
     """The online log entries (one per query) of a run folder."""
     return [e for e in read_log(out_dir) if ALPHA_WINDOW in e]
 
 
-def alpha_over(entries: Sequence[dict], start: int, end: int, key: str = ALPHA) -> float:
-    """Token-weighted alpha over queries start+1..end; with a group's key (osd.metric_keys.group_key),
-    over that group's queries only."""
-    picked = [e for e in entries if start < e[QUERIES_SERVED] <= end and key in e and e["proposed"]]
+def label_queries(entries: Sequence[dict], stream: Sequence[dict]) -> list[dict]:
+    """Each query's log entry (one per query, in stream order) with its stream position added as
+    "query" (1-based) and its record's grouping fields as "groups" ({"dataset": ..., "topic": ...})."""
+    if len(entries) != len(stream):
+        raise ValueError(
+            f"expected one log entry per query for {len(stream)} queries (--online_eval_interval 1), "
+            f"got {len(entries)} entries"
+        )
+    return [
+        {**e, "query": i + 1, "groups": record_groups(r)}
+        for i, (e, r) in enumerate(zip(entries, stream, strict=True))
+    ]
+
+
+def of_group(entries: Sequence[dict], group: str) -> list[dict]:
+    """The entries (from `label_queries`) of the queries one of whose grouping fields is `group`."""
+    return [e for e in entries if group in e["groups"].values()]
+
+
+def alpha_over(entries: Sequence[dict], start: int, end: int, group: str | None = None) -> float:
+    """Token-weighted alpha over queries start+1..end of `label_queries` entries (optionally only
+    those of one group value)."""
+    picked = [
+        e for e in (entries if group is None else of_group(entries, group)) if start < e["query"] <= end
+    ]
+    picked = [e for e in picked if e["proposed"]]
     proposed = sum(e["proposed"] for e in picked)
-    return sum(e[key] * e["proposed"] for e in picked) / proposed if proposed else math.nan
+    return sum(e["alpha"] * e["proposed"] for e in picked) / proposed if proposed else math.nan
 
 
 def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:

@@ -25,7 +25,6 @@ from benchmarks.online_common import (
     save_results,
 )
 from osd.demo import DOMAINS
-from osd.metric_keys import ALPHA, group_key
 from osd.plots import alpha_series, plot_alpha
 from osd.streams import mix_stream
 
@@ -53,8 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for group in [None, *args.domains]:
         row = {"queries": "all" if group is None else group}
-        key = ALPHA if group is None else group_key("dataset", group)
-        row |= {name: alpha_over(e, half, n, key) for name, e in runs.items()}
+        row |= {name: alpha_over(e, half, n, group) for name, e in runs.items()}
         rows.append(row)
     plot_alpha(
         {name: alpha_series(e) for name, e in runs.items()},

@@ -27,9 +27,10 @@ from benchmarks.online_common import (
     make_parser,
     markdown_table,
     parse,
-    run_offline,
+    prefix_samples,
     run_online,
     save_results,
+    static_runs,
 )
 from osd.demo import DOMAINS
 from osd.plots import alpha_series, plot_alpha
@@ -65,16 +66,13 @@ def main(argv: list[str] | None = None) -> dict:
     stream, rest = records[: args.queries], records[args.queries :]
     offline = {"offline-distilled": rest}
     if args.sample_fraction > 0:
-        sample = stream[: max(1, round(args.sample_fraction * len(stream)))]
-        offline[f"offline, first {args.sample_fraction:.0%}"] = sample
+        offline |= prefix_samples(stream, [args.sample_fraction])
     common = {"learning_rate": args.learning_rate}
     runs = {
         "online": run_online(out / "online", stream, update_interval=args.update_interval, **common),
         "Standard": run_online(out / "standard", stream, update_interval=NEVER, **common),
     }
-    for i, (name, data) in enumerate(offline.items()):
-        draft = run_offline(out / f"offline{i}_draft", data, max_steps=args.offline_steps, **common)
-        runs[name] = run_online(out / f"offline{i}", stream, student=draft, update_interval=NEVER, **common)
+    runs |= static_runs(out, stream, offline, args.offline_steps, args.learning_rate)
     n = len(stream)
     quarters = [(round(n * q / 4), round(n * (q + 1) / 4)) for q in range(4)]
     rows = [

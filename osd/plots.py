@@ -98,12 +98,14 @@ def plot_alpha(
     bands: Sequence[tuple[int, int, str]] = (),
     title: str = "",
     segment_references: dict[str, Sequence[tuple[int, int, float]]] | None = None,
+    styles: dict[str, dict] | None = None,
 ) -> Path:
     """Moving-averaged alpha of each run over queries, with reference lines and dataset bands; writes a PNG.
 
     references: label -> alpha, a dashed line across the plot (e.g. an offline-distilled draft);
     segment_references: label -> [(first query, end query, alpha)], dotted lines over parts of the
-    stream (e.g. Standard SD per dataset segment).
+    stream (e.g. Standard SD per dataset segment); styles: run label -> matplotlib line keywords
+    (e.g. {"color": "C0", "ls": "--"}).
     """
     fig, ax = plt.subplots(figsize=(8, 4.5))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -120,7 +122,9 @@ def plot_alpha(
         )
     for label, (xs, ys) in runs.items():
         if xs:
-            ax.plot(*moving_average(xs, ys, window), label=label, lw=1.6)
+            ax.plot(
+                *moving_average(xs, ys, window), label=label, **{"lw": 1.6, **(styles or {}).get(label, {})}
+            )
     for i, (label, value) in enumerate((references or {}).items()):
         ax.axhline(
             value,
@@ -130,7 +134,7 @@ def plot_alpha(
             label=f"{label} ({value:.3f})",
         )
     for i, (label, segments) in enumerate((segment_references or {}).items()):
-        color = ["black", "gray", "brown"][i % 3]
+        color = ["black", "gray", "brown", "olive", "purple", "teal"][i % 6]
         for j, (start, end, value) in enumerate(segments):
             ax.hlines(
                 value, start, end, colors=color, linestyles=":", lw=1.6, label=label if j == 0 else None

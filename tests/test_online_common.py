@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.online_common import alpha_over, read_entries
-from osd.metric_keys import group_key
+from benchmarks.online_common import alpha_over, label_queries, read_entries
 
 
 def test_alpha_over_a_range_and_a_group_is_token_weighted(tmp_path):
@@ -20,6 +19,10 @@ def test_alpha_over_a_range_and_a_group_is_token_weighted(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
     got = read_entries(tmp_path)
     assert [e["queries_served"] for e in got] == [1, 2, 3]
-    assert alpha_over(got, 0, 2) == pytest.approx((0.5 * 4 + 0.2) / 5)
-    assert alpha_over(got, 0, 3, group_key("dataset", "sql")) == pytest.approx(0.5)
-    assert alpha_over(got, 1, 3) == pytest.approx((0.2 + 0.9 * 5) / 6)
+    stream = [{"dataset": "sql"}, {"dataset": "math"}, {"dataset": "sql"}]
+    labelled = label_queries(got, stream)
+    assert alpha_over(labelled, 0, 2) == pytest.approx((0.5 * 4 + 0.2) / 5)
+    assert alpha_over(labelled, 0, 3, "sql") == pytest.approx((0.5 * 4 + 0.9 * 5) / 9)
+    assert alpha_over(labelled, 1, 3) == pytest.approx((0.2 + 0.9 * 5) / 6)
+    with pytest.raises(ValueError, match="one log entry per query"):
+        label_queries(got, stream[:2])
