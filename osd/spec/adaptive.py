@@ -23,8 +23,9 @@ Costs are noisy on a shared machine, and a wrong one kept the policy on a losing
 - every `probe_every` steps the runner-up k runs instead of the best, so that the choice rests on
   fresh timings and, at k = 0 (plain target decoding, chosen when no k pays: a useless draft), the
   alpha estimate still gets news.
-One policy may serve many `generate` calls
-(online serving keeps one): its estimate carries over from query to query.
+
+One policy may serve many `generate` calls (online serving keeps one): its estimate and costs carry
+over from query to query.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ class GammaPolicy:
     def choose(self, draft: PreTrainedModel, target: PreTrainedModel, batch: int = 1) -> int:
         """The number of draft tokens to propose at the next step, for `batch` active rows. Costs are
         measured for the first batch size seen; as rows finish, the batch shrinks one row at a time,
-        and the measured size nearest above it stands in (measuring each would cost seconds)."""
+        and the measured size nearest above it stands in (measuring each would cost seconds) until
+        `observe_verify` gives the smaller size costs of its own."""
         costs = self._costs_for(batch) or self.measure_costs(draft, target, batch)
         ranked = sorted(range(self.max_gamma + 1), key=lambda g: -costs.tokens_per_second(self.alpha, g))
         self._choices += 1
