@@ -9,7 +9,7 @@ batch by batch; a query's latency is the call that decoded its batch. On a weigh
 target a verification of B x (gamma + 1) tokens costs little more than B x 1, while the draft's
 share grows with B: Eq. 2 with the measured verify cost says how far batching erodes the speedup.
 
-    python -m benchmarks.bench_batch --threads 1                      # B = 1 2 4 8 16; gamma 1, 2 and auto
+    python -m benchmarks.bench_batch --threads 1                      # B = 1 2 4 8 16; gamma 0, 1, 2 and auto
     python -m benchmarks.bench_batch --batch_sizes 1 4 --gammas 3 auto --draft outputs/online_demo/draft
 """
 
@@ -55,7 +55,12 @@ def main() -> None:
     ap.add_argument(
         "--num_prompts", type=int, default=16, help="prompts per batch size (a multiple of each B)"
     )
-    ap.add_argument("--gammas", nargs="+", default=["1", "2", "auto"], help="integers, or auto (GammaPolicy)")
+    ap.add_argument(
+        "--gammas",
+        nargs="+",
+        default=["0", "1", "2", "auto"],
+        help="integers (0: plain decoding through the engine), or auto (GammaPolicy)",
+    )
     ap.add_argument("--max_new_tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/bench_batch", help="folder for results.json and speedup.png")
@@ -76,8 +81,10 @@ def main() -> None:
     rows = []
     for b in args.batch_sizes:
         batches = [pad(prompts[i : i + b], tok.pad_token_id, "left") for i in range(0, len(prompts), b)]
-        t_target = step_time(target, batch=b, reps=5, rounds=2)
-        c = step_time(draft, batch=b, reps=5, rounds=2) / t_target
+        # timed as the engine runs: with a padding mask when B > 1 (see osd.spec.timing.step_time)
+        timing = {"batch": b, "reps": 5, "rounds": 2, "padded": b > 1}
+        t_target = step_time(target, **timing)
+        c = step_time(draft, **timing) / t_target
         decoders = {
             g: SpeculativeDecoder(draft, target, gamma=g if g == "auto" else int(g)) for g in args.gammas
         }
@@ -110,9 +117,12 @@ def main() -> None:
                    "target latency p50 s": statistics.median(seconds["target"]),
                    "spec latency p50 s": statistics.median(seconds[gamma]),
                    "spec latency max s": max(seconds[gamma])}  # fmt: skip
-            if gamma != "auto":  # Eq. 2 charged with the verify cost of B x (gamma + 1) tokens over B x 1
+            if gamma not in (
+                "auto",
+                "0",
+            ):  # Eq. 2 charged with the verify cost of B x (gamma + 1) tokens over B x 1
                 g = int(gamma)
-                v = step_time(target, length=g + 1, batch=b, reps=5, rounds=2) / t_target
+                v = step_time(target, length=g + 1, **timing) / t_target
                 predicted = speedup_measured_verify(alpha, g, c, v)
                 row |= {
                     "verify cost": v,
@@ -124,8 +134,24 @@ def main() -> None:
     header = list(dict.fromkeys(k for r in rows for k in r))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    save_results(out, {"args": vars(args), "rows": rows}, markdown_table(rows, header))
+    paying = stops_paying(rows)
+    print("speculation stops paying from batch size:", paying, flush=True)
+    save_results(
+        out,
+        {"args": vars(args), "rows": rows, "stops paying from batch size": paying},
+        markdown_table(rows, header),
+    )
     plot(rows, out / "speedup.png")
+
+
+def stops_paying(rows: list[dict]) -> dict[str, int | None]:
+    """Per gamma, the smallest batch size from which it is slower than target-only generate (None: never)."""
+    paying = {}
+    for gamma in dict.fromkeys(r["gamma"] for r in rows):
+        by_batch = sorted((r["batch size"], r["speedup"]) for r in rows if r["gamma"] == gamma)
+        slower = [b for i, (b, _) in enumerate(by_batch) if all(x < 1.0 for _, x in by_batch[i:])]
+        paying[gamma] = slower[0] if slower else None
+    return paying
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -49,6 +49,7 @@ from osd.analysis.recording import (
 )
 from osd.demo import repo_relative
 from osd.spec.decoder import MAX_VOCAB_PADDING, _CachedModel, context_limit
+from osd.spec.sampling import greedy
 
 
 @dataclass
@@ -126,7 +127,7 @@ def propose(state: _CachedModel, tokens: list[int], k: int, vocab: int) -> list[
     feed = torch.tensor([tokens[len(state) :]], device=state.device)  # [1, tokens the draft has not seen]
     proposed = []
     for _ in range(k):
-        token = state.forward(feed, num_logits=1)[:, :vocab].argmax(-1)  # [1]
+        token = greedy(state.forward(feed, num_logits=1)[:, :vocab])  # [1]
         proposed.append(int(token))
         feed = token.view(1, 1)
     return proposed

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from osd.spec.sampling import greedy
+
 
 @dataclass
 class SamplingConfig:
@@ -76,7 +78,7 @@ class _IncrementalDecoder:
 def pick_tokens(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
     """Next tokens [B] from logits [B, V]: argmax at temperature 0, else a sample of softmax(logits / T)."""
     if temperature == 0:
-        return logits.argmax(-1).cpu()
+        return greedy(logits).cpu()
     probs = torch.softmax(logits.cpu() / temperature, dim=-1)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 

@@ -135,7 +135,8 @@ class GammaPolicy:
                     "gamma='auto' measures decoder-only models; for encoder-decoder models give the costs "
                     "with GammaPolicy.set_costs"
                 )
-            timed = {"context": self.context, "reps": 5, "rounds": 2, "batch": batch}
+            # a batch of B > 1 prompts is padded to a common length: its attention runs with a mask
+            timed = {"context": self.context, "reps": 5, "rounds": 2, "batch": batch, "padded": batch > 1}
             verify = [step_time(target, length=k + 1, **timed) for k in range(self.max_gamma + 1)]
             self.set_costs(batch, step_time(draft, **timed), verify)
         return self.costs[batch]

@@ -1,17 +1,23 @@
 """Batched speculative decoding: B prompts decoded together, every row accepting its own number of
 draft tokens at every step (`SpeculativeDecoder.generate_batch`; `generate` stays the B = 1 engine).
 
-Cache layout. Draft and target each keep one KV cache for the rows still decoding, right-aligned:
-row i's m_i cached tokens fill the last m_i slots, the slots before them are padding that the
-attention mask hides, and row i's position ids count its own tokens only. Every forward feeds the
-same number u of tokens to each row (its committed tokens the model has not seen, left-padded only
-where the row's cache is empty, i.e. at the prefill), so the right alignment survives it. After a
-step each cache is compacted (`_RowCache.keep`): row i keeps its committed prefix, the tokens it
-accepted included (no row is rolled back to the batch's shortest acceptance), shifted right so that
-all rows end at the last slot; rows that finished (EOS or length) leave the batch and cost nothing
-more. Within a row, relative positions are those of the row alone, so encoder-decoder (T5) models
-decode exactly too. Compaction is one gather over each cache per step, or a plain crop when every
-row drops the same number of slots (B = 1, or all rows accepting alike).
+Cache layout. Draft and target each keep one KV cache for the rows still decoding, W slots wide,
+with a 0/1 mask [B, W] of the slots that hold each row's cached tokens (its committed prefix, in
+order); masked slots are padding, and row i's position ids count its own tokens only. Every forward
+feeds the same number u of tokens to each row (its committed tokens the model has not seen,
+left-padded where it has fewer), and the fed slots join the mask. After a step (`_RowCache.keep`)
+row i drops the proposals it rejected by masking their slots: no row is rolled back to the batch's
+shortest acceptance and no cache is copied. Slots no row uses at the end are cropped, and when
+masked slots take up more than `SLACK` of the width, one gather per cache moves every row's tokens
+to the last slots (`_compact`): attention over masked slots costs compute, a gather costs a copy of
+the cache. Rows that finished (EOS or length) leave the batch and cost nothing more.
+
+Encoder-decoder (T5) models compute relative positions from slot distances, so their caches hold
+no holes: they are compacted at every rejection (right-aligned, as at the prefill), and a row with
+fewer unseen tokens re-feeds its last cached ones instead of padding. Decoder-only models take the
+position ids, so masked slots inside a row change nothing but the cost. (A sliding attention window
+counts slots, masked ones included: within SLACK of the window's length a row would see fewer
+tokens than alone, as left padding already does in HF's batched `generate`.)
 
 Step. k = max_i k_i with k_i = min(gamma, remaining_i - 1): every row proposes and verifies k draft
 tokens but counts only its first k_i (and none after a drafted EOS), so its accepted lengths, exact
@@ -31,47 +37,52 @@ from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
 from osd.spec.decoder import SequenceRecord, SpecOutput, SpeculativeDecoder, StepTimes, accepts_logits_to_keep
-from osd.spec.sampling import accept_reject_rows, acceptance_probability, logits_to_probs, sample
+from osd.spec.sampling import accept_reject_rows, acceptance_probability, greedy, logits_to_probs, sample
 
 PAD_ID = 0  # fed at padded slots; masked, so any valid id does
+SLACK = 0.25  # masked slots may take up this share of a cache's width before it is compacted
 
 
 @dataclass
 class _RowCache:
-    """One model's right-aligned KV cache over the active rows (encoder run once for seq2seq models)."""
+    """One model's KV cache over the active rows (encoder run once for seq2seq models), with a mask of
+    the slots that hold each row's cached tokens (see the module docstring)."""
 
     model: PreTrainedModel
     encoder_outputs: BaseModelOutput | None  # [B, S, H] for encoder-decoder models
     encoder_mask: torch.Tensor | None  # [B, S]
-    lengths: torch.Tensor  # [B] cached tokens per row
+    valid: torch.Tensor  # [B, W] long, on the model's device: 1 at slots holding a cached token of the row
+    lengths: torch.Tensor  # [B] cached tokens per row (valid.sum(1), on the CPU)
     cache: DynamicCache | EncoderDecoderCache = field(init=False)
     keeps_logits: bool = field(init=False)
+    holes: bool = field(init=False)  # may masked slots lie between a row's cached tokens?
 
     def __post_init__(self) -> None:
         seq2seq = self.model.config.is_encoder_decoder
         self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache()) if seq2seq else DynamicCache()
         self.keeps_logits = accepts_logits_to_keep(self.model)
+        # decoder-only models take position ids; T5's relative positions are slot distances
+        self.holes = not seq2seq
 
     @classmethod
     def start(cls, model: PreTrainedModel, input_ids: torch.Tensor, mask: torch.Tensor) -> _RowCache:
         """An empty cache for B rows; for seq2seq models the encoder runs here on input_ids [B, S]."""
-        empty = torch.zeros(input_ids.shape[0], dtype=torch.long)
+        B, device = input_ids.shape[0], model.device
+        empty = (torch.zeros(B, 0, dtype=torch.long, device=device), torch.zeros(B, dtype=torch.long))
         if not model.config.is_encoder_decoder:
-            return cls(model, None, None, empty)
-        ids, mask = input_ids.to(model.device), mask.to(model.device)
-        return cls(model, model.get_encoder()(input_ids=ids, attention_mask=mask), mask, empty)
+            return cls(model, None, None, *empty)
+        ids, mask = input_ids.to(device), mask.to(device)
+        return cls(model, model.get_encoder()(input_ids=ids, attention_mask=mask), mask, *empty)
 
     @property
     def width(self) -> int:
-        return self.cache.get_seq_length()
+        return self.valid.shape[1]
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor, num_logits: int) -> torch.Tensor:
-        """Feed tokens [B, u] (mask [B, u]: 0 at left padding) after the cache; logits [B, num_logits, V]."""
+        """Feed tokens [B, u] (mask [B, u]: 0 at padding) after the cache; logits [B, num_logits, V]."""
         device = self.model.device
-        tokens, mask, lengths = tokens.to(device), mask.to(device), self.lengths.to(device)
-        slots = torch.arange(self.width, device=device)  # [W]
-        cached = (slots[None, :] >= self.width - lengths[:, None]).long()  # [B, W]
-        attention = torch.cat([cached, mask], 1)  # [B, W + u]
+        tokens, mask = tokens.to(device), mask.to(device)
+        attention = torch.cat([self.valid, mask], 1)  # [B, W + u]
         kwargs = {"past_key_values": self.cache, "use_cache": True}
         if self.keeps_logits:
             kwargs["logits_to_keep"] = num_logits
@@ -84,56 +95,74 @@ class _RowCache:
                 **kwargs,
             )
         else:
-            positions = (lengths[:, None] + mask.cumsum(1) - 1).clamp(min=0)  # [B, u]: pads excluded
+            positions = (self.lengths.to(device)[:, None] + mask.cumsum(1) - 1).clamp(min=0)  # [B, u]
             out = self.model(input_ids=tokens, attention_mask=attention, position_ids=positions, **kwargs)
-        self.cache = out.past_key_values
+        self.cache, self.valid = out.past_key_values, attention
         self.lengths = self.lengths + mask.sum(1).cpu()
         return out.logits[:, -num_logits:]
 
     def keep(self, keep: torch.Tensor, rows: torch.Tensor | None = None) -> None:
-        """Row i keeps its first keep[i] cached tokens, right-aligned; with `rows`, only those rows stay."""
+        """Row i keeps its first keep[i] cached tokens; with `rows`, only those rows stay. The slots of
+        dropped tokens are masked (trailing ones cropped); the cache is compacted when they waste
+        more than `SLACK` of its width, or at once where holes are not allowed."""
         if rows is not None and len(rows) < len(self.lengths):
             self._select_rows(rows)
             keep, self.lengths = keep[rows], self.lengths[rows]
-        dropped = self.lengths - keep  # [B]
-        if len(dropped) == 0 or bool((dropped == 0).all()):
+        if len(keep) == 0 or bool((keep == self.lengths).all()):
             return
-        if bool((dropped == dropped[0]).all()):  # the same for every row: the tail slots go
-            self.cache.crop(-int(dropped[0]))
-        else:
-            width, new_width = self.width, int(keep.max())
-            offset = torch.arange(new_width)[None, :] - (new_width - keep)[:, None]  # [B, W']: < 0 at padding
-            index = (width - self.lengths)[:, None] + offset.clamp(min=0)  # [B, W'] old slot of each new one
-            for layer in self._self_attention_layers():
-                idx = index.to(layer.keys.device)[:, None, :, None]
-                layer.keys = layer.keys.gather(
-                    2, idx.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-                )
-                layer.values = layer.values.gather(
-                    2, idx.expand(-1, layer.values.shape[1], -1, layer.values.shape[3])
-                )
-        self.lengths = keep.clone()
+        kept = self.valid.cumsum(1) <= keep.to(self.valid.device)[:, None]  # [B, W]
+        self.valid, self.lengths = self.valid * kept, keep.clone()
+        used = self.valid.any(0).nonzero()  # slots any row still uses
+        width = int(used[-1]) + 1 if len(used) else 0
+        if width < self.width:  # no row uses the tail: crop it
+            self.cache.crop(width - self.width)
+            self.valid = self.valid[:, :width]
+        if self.holes:
+            if self.width - int(self.lengths.max()) > SLACK * self.width:
+                self._compact()
+        elif not self.valid.equal(self._right_aligned()):
+            self._compact()
+
+    def _right_aligned(self) -> torch.Tensor:
+        """The mask [B, W] of every row's cached tokens in its last slots."""
+        slots = torch.arange(self.width, device=self.valid.device)
+        return (slots[None, :] >= self.width - self.lengths.to(self.valid.device)[:, None]).long()
+
+    def _compact(self) -> None:
+        """Move every row's cached tokens, in order, to the last slots; the width becomes the longest row's."""
+        # a stable sort of the 0/1 mask puts a row's masked slots first and its cached ones, in order, last
+        order = self.valid.sort(stable=True, dim=1).indices[:, self.width - int(self.lengths.max()) :]  # [B, W']
+        self.valid = self.valid.gather(1, order)
+        for layer in self._self_attention_layers():
+            idx = order.to(layer.keys.device)[:, None, :, None]
+            layer.keys = layer.keys.gather(2, idx.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
+            layer.values = layer.values.gather(
+                2, idx.expand(-1, layer.values.shape[1], -1, layer.values.shape[3])
+            )
 
     def _self_attention_layers(self) -> list:
         cache = self.cache.self_attention_cache if isinstance(self.cache, EncoderDecoderCache) else self.cache
         return [layer for layer in cache.layers if layer.keys is not None and layer.keys.numel()]
 
     def _select_rows(self, rows: torch.Tensor) -> None:
-        self.cache.batch_select_indices(rows.to(self.model.device))
+        rows = rows.to(self.model.device)
+        self.cache.batch_select_indices(rows)
+        self.valid = self.valid[rows]
         if self.encoder_outputs is not None:
-            hidden = self.encoder_outputs.last_hidden_state[rows.to(self.model.device)]
-            self.encoder_outputs = BaseModelOutput(last_hidden_state=hidden)
-            self.encoder_mask = self.encoder_mask[rows.to(self.model.device)]
+            self.encoder_outputs = BaseModelOutput(
+                last_hidden_state=self.encoder_outputs.last_hidden_state[rows]
+            )
+            self.encoder_mask = self.encoder_mask[rows]
 
     def feed_unseen(self, tokens: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The committed tokens each row has not fed yet, as [B, u] ids and mask (u the same for all rows).
-
-        Rows with fewer unseen tokens drop their last cached ones (re-fed); a row with an empty cache
-        is left-padded.
-        """
+        """The committed tokens each row has not fed yet, as [B, u] ids and mask (u the same for all
+        rows, each row's last token real). Rows with fewer unseen tokens are left-padded, where holes
+        are allowed or the row's cache is empty; otherwise they drop their last cached ones (re-fed)."""
         lengths = torch.tensor([len(t) for t in tokens])  # [B]
+        self.keep(torch.minimum(self.lengths, lengths - 1))  # at least one token to feed per row
         u = int((lengths - self.lengths).max())
-        self.keep(torch.minimum(self.lengths, (lengths - u).clamp(min=0)))
+        if not self.holes:
+            self.keep(torch.minimum(self.lengths, (lengths - u).clamp(min=0)))
         ids = torch.full((len(tokens), u), PAD_ID, dtype=torch.long)
         mask = torch.zeros((len(tokens), u), dtype=torch.long)
         for i, (row, cached) in enumerate(zip(tokens, self.lengths.tolist(), strict=True)):
@@ -218,7 +247,7 @@ def _step(
     draft_tokens, limits = draft_tokens.to(logits.device), limits.to(logits.device)
     proposed = torch.arange(k, device=logits.device)[None, :] < limits[:, None]  # [B, k]
     if temperature == 0.0:
-        argmax = logits.argmax(-1)  # [B, k + 1]
+        argmax = greedy(logits)  # [B, k + 1]
         matches = draft_tokens == argmax[:, :k]  # [B, k]
         n = (matches & proposed).long().cumprod(1).sum(1)  # [B]
         next_tokens = argmax.gather(1, n[:, None])[:, 0]  # [B]
@@ -265,7 +294,7 @@ def _propose(
     for _ in range(k):
         logits = draft.forward(feed, mask, num_logits=1)[:, 0, :V]  # [B, V]
         if temperature == 0.0:
-            token = logits.argmax(-1)  # [B]
+            token = greedy(logits)  # [B]
         else:
             q_j = logits_to_probs(logits, temperature, top_p)  # [B, V]
             token = sample(q_j, gen)

@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache, PretrainedConfig, PreTrainedModel
 
 from osd.spec.adaptive import GammaPolicy
-from osd.spec.sampling import accept_reject, acceptance_probability, logits_to_probs, sample
+from osd.spec.sampling import accept_reject, acceptance_probability, greedy, logits_to_probs, sample
 
 # Draft and target may differ by a few padding rows (e.g. an added [PAD] token, or an embedding
 # matrix padded to a multiple of 64); a larger difference means different tokenizers.
@@ -129,16 +129,17 @@ class SpeculativeDecoder:
         gamma: int | str = 5,
         policy: GammaPolicy | None = None,
     ) -> None:
-        """gamma: draft tokens per step, or "auto" (chosen per step by `policy`, by default a fresh
-        `GammaPolicy()`; pass one to keep its estimate and measured costs across decoders)."""
+        """gamma: draft tokens per step (0: plain target decoding through this engine, a baseline), or
+        "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
+        estimate and measured costs across decoders)."""
         if gamma == "auto":
             policy = policy or GammaPolicy()
             gamma = policy.max_gamma
         elif policy is not None:
             raise ValueError(f"a GammaPolicy needs gamma='auto', got gamma={gamma!r}")
-        if not isinstance(gamma, int) or gamma < 1:
+        if not isinstance(gamma, int) or gamma < 0:
             raise ValueError(
-                f"gamma (the number of draft tokens per step, --max_propose_num) must be an integer >= 1 "
+                f"gamma (the number of draft tokens per step, --max_propose_num) must be an integer >= 0 "
                 f"or 'auto', got {gamma!r}"
             )
         self.policy = policy
@@ -311,7 +312,7 @@ class SpeculativeDecoder:
             self.policy.observe_verify(1, k, t2 - t1)
         draft_tokens = draft_tokens.to(target_logits.device)
         if temperature == 0.0:
-            target_argmax = target_logits.argmax(-1)  # [k + 1]
+            target_argmax = greedy(target_logits)  # [k + 1]
             matches = (draft_tokens == target_argmax[:k]).long()
             n = int(matches.cumprod(0).sum())
             next_token = target_argmax[n]
@@ -355,7 +356,7 @@ class SpeculativeDecoder:
         for _ in range(k):
             logits = draft.forward(feed, num_logits=1)[:, : self.vocab_size]  # [1, V]
             if temperature == 0.0:
-                token = logits.argmax(-1)  # [1]
+                token = greedy(logits)  # [1]
             else:
                 q_i = logits_to_probs(logits, temperature, top_p)  # [1, V]
                 token = sample(q_i, gen)

@@ -72,10 +72,33 @@ def test_batched_rows_stay_exact_with_auto_gamma():
     assert decoder.policy.alpha < 0.5  # it learned from the batch
 
 
-def test_measured_costs_cover_every_gamma():
+def test_measured_costs_cover_every_gamma(monkeypatch):
+    """Every k is timed, batches of several rows with a padding mask (the batched engine runs with one)."""
+    from osd.spec import adaptive
+
+    calls = []
+    timer = adaptive.step_time
+    monkeypatch.setattr(adaptive, "step_time", lambda *a, **kw: (calls.append(kw), timer(*a, **kw))[1])
     target, draft = tiny_model("llama", layers=2), tiny_model("llama", layers=1)
-    costs = GammaPolicy(max_gamma=3, context=8).measure_costs(draft, target, batch=2)
+    policy = GammaPolicy(max_gamma=3, context=8)
+    costs = policy.measure_costs(draft, target, batch=2)
     assert len(costs.verify_s) == 4 and costs.draft_s > 0 and min(costs.verify_s) > 0
+    policy.measure_costs(draft, target, batch=1)
+    assert [kw["padded"] for kw in calls] == [True] * 5 + [False] * 5
+
+
+def test_a_padded_step_is_timed_with_its_mask(monkeypatch):
+    """step_time(padded=True) hides the first slot of every other row, positions counting real tokens."""
+    from osd.spec.timing import step_time
+
+    model = tiny_model("llama", layers=1)
+    seen = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **kw: (seen.append(kw), forward(*a, **kw))[1])
+    step_time(model, context=4, length=2, reps=1, rounds=1, batch=3, padded=True)
+    mask, positions = seen[-1]["attention_mask"], seen[-1]["position_ids"]
+    assert mask[:, 0].tolist() == [0, 1, 0] and int(mask.sum()) == 3 * 6 - 2
+    assert positions.tolist() == [[3, 4], [4, 5], [3, 4]]
 
 
 def test_bad_gamma_values_are_refused():

@@ -131,3 +131,35 @@ def test_sampling_keeps_every_row_distributed_as_the_target(family):
         assert tv < 0.08, (r, tv)
         # the draft's own marginal lies outside that margin, so a broken rule would fail
         assert 0.5 * (_marginal_second_token(draft, prompt) - exact).abs().sum() > 0.1, r
+
+
+@pytest.mark.parametrize("slack", [0.0, 100.0])
+def test_masked_slots_and_compaction_both_decode_exactly(monkeypatch, slack):
+    """Rejected slots stay in the cache, masked, until they waste SLACK of its width: with SLACK 0 the
+    cache is compacted at every rejection, with a huge SLACK never; both are the target's greedy."""
+    from osd.spec import batched
+
+    compactions = []
+    compact = batched._RowCache._compact
+    monkeypatch.setattr(batched, "SLACK", slack)
+    monkeypatch.setattr(batched._RowCache, "_compact", lambda self: (compactions.append(1), compact(self)))
+    target = tiny_model("llama", layers=3)
+    draft = draft_from_target(target, NOISE["llama"])
+    prompts = _prompts((3, 9, 6, 1))
+    outs = SpeculativeDecoder(draft, target, gamma=3).generate_batch(*_left_padded(prompts), max_new_tokens=24)
+    for prompt, out in zip(prompts, outs, strict=True):
+        torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 24), rtol=0, atol=0)
+    assert (len(compactions) > 0) == (slack == 0.0)
+
+
+def test_gamma_zero_is_plain_target_decoding():
+    target = tiny_model("opt", layers=2)
+    draft = draft_from_target(target, NOISE["opt"])
+    prompts = _prompts((4, 7))
+    decoder = SpeculativeDecoder(draft, target, gamma=0)
+    outs = decoder.generate_batch(*_left_padded(prompts), max_new_tokens=12)
+    for prompt, out in zip(prompts, outs, strict=True):
+        alone = decoder.generate(prompt, max_new_tokens=12)
+        for o in (out, alone):
+            torch.testing.assert_close(o.generated_ids, _hf_greedy(target, prompt, 12), rtol=0, atol=0)
+            assert o.num_proposed == 0 and o.accepted_lengths == [0] * 12
