@@ -131,7 +131,8 @@ class _RowCache:
     def _compact(self) -> None:
         """Move every row's cached tokens, in order, to the last slots; the width becomes the longest row's."""
         # a stable sort of the 0/1 mask puts a row's masked slots first and its cached ones, in order, last
-        order = self.valid.sort(stable=True, dim=1).indices[:, self.width - int(self.lengths.max()) :]  # [B, W']
+        width = int(self.lengths.max())
+        order = self.valid.sort(stable=True, dim=1).indices[:, self.width - width :]  # [B, W']
         self.valid = self.valid.gather(1, order)
         for layer in self._self_attention_layers():
             idx = order.to(layer.keys.device)[:, None, :, None]

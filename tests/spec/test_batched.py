@@ -146,7 +146,9 @@ def test_masked_slots_and_compaction_both_decode_exactly(monkeypatch, slack):
     target = tiny_model("llama", layers=3)
     draft = draft_from_target(target, NOISE["llama"])
     prompts = _prompts((3, 9, 6, 1))
-    outs = SpeculativeDecoder(draft, target, gamma=3).generate_batch(*_left_padded(prompts), max_new_tokens=24)
+    outs = SpeculativeDecoder(draft, target, gamma=3).generate_batch(
+        *_left_padded(prompts), max_new_tokens=24
+    )
     for prompt, out in zip(prompts, outs, strict=True):
         torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 24), rtol=0, atol=0)
     assert (len(compactions) > 0) == (slack == 0.0)
