@@ -176,11 +176,17 @@ def test_stale_timings_give_way_to_the_scaled_measurement():
     assert costs.verify(1) == pytest.approx(2.2, rel=1e-2) and costs.verify(0) == pytest.approx(2.0, rel=1e-2)
 
 
-def test_every_probe_every_th_step_runs_the_runner_up():
+def test_probes_of_the_runner_up_back_off_while_the_best_holds():
+    """The runner-up runs after probe_every steps, then ever more rarely (intervals 4, 4, 8, 16, 16
+    with max_probe_every 16) while the best k stays; a new best brings it back to 4 (then 8)."""
     target = tiny_model("llama")
-    policy = _policy(alpha=0.2, probe_every=4)
+    policy = _policy(alpha=0.2, probe_every=4, max_probe_every=16)
     costs = policy.costs[1]
     ranked = sorted(range(len(VERIFY)), key=lambda k: -costs.tokens_per_second(0.2, k))
-    assert [policy.choose(target, target) for _ in range(8)] == [ranked[0]] * 3 + [ranked[1]] + [
-        ranked[0]
-    ] * 3 + [ranked[1]]
+    choices = [policy.choose(target, target) for _ in range(48)]
+    assert [i + 1 for i, k in enumerate(choices) if k != ranked[0]] == [4, 8, 16, 32, 48]
+    assert {choices[i - 1] for i in (4, 8, 16, 32, 48)} == {ranked[1]}
+    policy.alpha = 0.9  # the best k changes: the next probe (16 steps on) resets the interval
+    best = max(range(len(VERIFY)), key=lambda k: costs.tokens_per_second(0.9, k))
+    choices = [policy.choose(target, target) for _ in range(28)]
+    assert best != ranked[0] and [i + 1 for i, k in enumerate(choices) if k != best] == [16, 20, 28]
