@@ -5,9 +5,11 @@ of B) are decoded to a fixed length (--max_new_tokens, EOS ignored, so every row
 the target alone and by speculative decoding with the demo pair. Prints tokens/s and the speedup of
 speculative decoding at each B, with Eq. 2 charged with the verify cost measured at that B; writes
 {out}/results.json, table.md and speedup.png. Target-only and speculative calls are interleaved
-batch by batch; a query's latency is the call that decoded its batch. On a weight-bandwidth-bound
-target a verification of B x (gamma + 1) tokens costs little more than B x 1, while the draft's
-share grows with B: Eq. 2 with the measured verify cost says how far batching erodes the speedup.
+batch by batch; a query's latency is the call that decoded its batch. gamma 0 is plain decoding
+through the engine. While the target's forward is bound by reading its weights, a verification of
+B x (gamma + 1) tokens costs little more than B x 1; once B x (gamma + 1) tokens make it compute-bound
+(on one CPU core, from B = 4 or so for the demo target), it costs up to gamma + 1 times as much:
+Eq. 2 with the measured verify cost says where batching ends the speedup.
 
     python -m benchmarks.bench_batch --threads 1                      # B = 1 2 4 8 16; gamma 0, 1, 2 and auto
     python -m benchmarks.bench_batch --batch_sizes 1 4 --gammas 3 auto --draft outputs/online_demo/draft
