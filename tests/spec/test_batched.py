@@ -45,7 +45,7 @@ def test_greedy_rows_equal_the_target_and_the_single_row_engine(pair):
             alone.target_logits.abs().max()
         )  # tiny T5 logits reach ~100: float noise scales with them
         torch.testing.assert_close(out.target_logits, alone.target_logits, rtol=1e-4, atol=1e-4 * scale)
-    # rows accepted different numbers of tokens at the same step, or the compaction went untested
+    # rows accepted different numbers of tokens at the same step, or per-row acceptance went untested
     steps = min(len(o.accepted_lengths) for o in outs)
     assert any(len({o.accepted_lengths[s] for o in outs}) > 1 for s in range(steps))
 
