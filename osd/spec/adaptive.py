@@ -63,7 +63,7 @@ class StepCosts:
 
     def __post_init__(self) -> None:
         # the line runs through verifications (k >= 1) only: a one-token step runs other kernels
-        # (on this CPU at B = 16: 39 ms, then 57 ms for 2 tokens and 10-15 ms per token after)
+        # (on this CPU at B = 16: 39 ms, then 57 ms for 2 tokens and 6-15 ms per token after)
         points = list(enumerate(self.verify_s))[1:]
         slopes = [(v - u) / (j - i) for i, u in points for j, v in points if j > i]
         slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
@@ -114,8 +114,8 @@ class GammaPolicy:
     timing_weight: float = 0.125  # weight of the newest verification timing in its running average
     costs: dict[int, StepCosts] = field(default_factory=dict)  # by batch size
     _interval: int = field(init=False)  # steps from one probe to the next
-    _since_probe: int = 0
-    _best_at_probe: int | None = None  # the best k at the previous probe (at first: the first choice)
+    _since_probe: int = field(init=False, default=0)
+    _best_at_probe: int | None = field(init=False, default=None)  # best k at the last probe (or first)
     _accepted: float = field(init=False)  # decayed sum of exact alpha over proposals
     _proposed: float = field(init=False)  # decayed count of proposals
 
