@@ -49,6 +49,7 @@ from osd.analysis.recording import (
 )
 from osd.demo import repo_relative
 from osd.spec.decoder import MAX_VOCAB_PADDING, _CachedModel, context_limit
+from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.sampling import greedy
 
 
@@ -224,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     recording = load_recording(args.recording)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.draft)
-    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=args.dtype).eval()
+    draft = apply_draft_vocab(AutoModelForCausalLM.from_pretrained(args.draft, dtype=args.dtype).eval())
     results = simulate(
         recording, draft, tokenizer_identity(tokenizer), args.gamma, args.max_new_tokens, args.recording
     )
