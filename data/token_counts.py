@@ -16,15 +16,14 @@ with the counts sorted from the most frequent.
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from collector import REPO_ROOT  # noqa: F401  (puts the repository on sys.path)
-from transformers import AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, HfArgumentParser
 
 from osd.conversations import assistant_answer, read_conversations
 from osd.datafiles import refuse_overwrite
+from osd.spec.draft_vocab import count_tokens
 
 
 @dataclass
@@ -35,18 +34,6 @@ class CountArgs:
     tokenizer: str = field(metadata={"help": "The target's tokenizer (hub name or path)."})
     output: str = field(metadata={"help": "The frequency file to write (JSON)."})
     split: str = field(default="train", metadata={"help": "Split of a folder or hub dataset."})
-
-
-def count_tokens(answers: Iterable[str], tokenizer: PreTrainedTokenizerBase) -> tuple[Counter, int]:
-    """Token counts of the answers, each followed by EOS; and the number of answers."""
-    counts: Counter = Counter()
-    n = 0
-    for answer in answers:
-        counts.update(tokenizer(answer, add_special_tokens=False).input_ids)
-        if tokenizer.eos_token_id is not None:
-            counts[tokenizer.eos_token_id] += 1
-        n += 1
-    return counts, n
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 CONFIG_KEY = "draft_vocab"
 
@@ -162,6 +163,18 @@ def outside_mass(
 
 
 # ---- the token set: the most frequent tokens of the target's answers --------------------------------
+
+
+def count_tokens(answers: Iterable[str], tokenizer: PreTrainedTokenizerBase) -> tuple[Counter, int]:
+    """Token counts of the answers, each followed by EOS (the end of every answer); and the number of answers."""
+    counts: Counter = Counter()
+    n = 0
+    for answer in answers:
+        counts.update(tokenizer(answer, add_special_tokens=False).input_ids)
+        if tokenizer.eos_token_id is not None:
+            counts[tokenizer.eos_token_id] += 1
+        n += 1
+    return counts, n
 
 
 def select_token_ids(counts: dict[int, int], size: int, always: Sequence[int] = ()) -> list[int]:
