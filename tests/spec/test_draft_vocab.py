@@ -173,3 +173,12 @@ def test_bad_token_ids_are_refused():
     with pytest.raises(ValueError, match="non-empty"):
         set_draft_vocab(model, [])
     assert draft_vocab_ids(model) is None  # left as it was
+
+
+def test_hf_assisted_generation_with_a_sub_vocabulary_draft_is_the_targets_greedy_output():
+    target = tiny_model("llama", layers=3)
+    draft = set_draft_vocab(draft_from_target(target, 0.1), HALF)
+    prompt = _prompt()
+    assisted = target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=draft,
+                               max_new_tokens=20, do_sample=False, pad_token_id=0, eos_token_id=None)  # fmt: skip
+    torch.testing.assert_close(assisted[:, prompt.shape[1] :], _hf_greedy(target, prompt, 20), rtol=0, atol=0)
