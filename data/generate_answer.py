@@ -46,6 +46,7 @@ from osd.distill.data import truncate_prompt
 from osd.model_checks import check_model_path
 from osd.prompting import encode_prompt, prompt_text
 from osd.spec.decoder import context_limit
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -236,7 +237,9 @@ def main(argv: list[str] | None = None) -> Path:
     (args,) = HfArgumentParser(GenerateArgs).parse_args_into_dataclasses(args=argv)
     out = output_path(args)
     partial = partial_path(out)
-    refuse_overwrite({"--output": out, "its partial file": partial}, [args.filename])
+    refuse_overwrite(
+        {"--output": out, "its partial file": partial}, {"--filename": args.filename, "--model": args.model}
+    )
     out.parent.mkdir(parents=True, exist_ok=True)  # before any model loads
     records = read_conversations(args.filename, args.split, "--filename")
     tok, config = load_tokenizer(args)
@@ -286,4 +289,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

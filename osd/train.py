@@ -34,9 +34,9 @@ from osd.cli import parse_train_args
 from osd.conversations import ConversationSource
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.callbacks import setup_wandb
-from osd.distill.config import DataArguments, ModelArguments
+from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
-from osd.distill.run_dir import final_eval, plan_run, run_identity
+from osd.distill.run_dir import RunPlan, final_eval, open_run, run_identity
 from osd.distill.trainer import DistillTrainer
 from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths
 
@@ -125,13 +125,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, training_args = parse_train_args(sys.argv[1:] if argv is None else argv)
     setup_wandb(training_args.report_to)
     identity = run_identity(model_args, data_args, training_args)
-    plan = plan_run(
-        training_args.output_dir,
-        training_args.resume_from_checkpoint,
-        training_args.overwrite_output_dir,
-        identity,
-    )  # refuses before the models are loaded
+    with open_run(model_args, data_args, training_args, identity) as plan:  # refuses before models load
+        return run(model_args, data_args, training_args, identity, plan)
 
+
+def run(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: DistillTrainingArguments,
+    identity: dict,
+    plan: RunPlan,
+) -> dict[str, float]:
+    """Load the models and data, train (or resume) into the planned folder; the final eval metrics."""
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
     dataset = dataset_loader(data_args, tokenizer, student, teacher, training_args.max_new_tokens)

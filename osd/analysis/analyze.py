@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from osd.user_errors import run_main
+
 BRACKETS = re.compile(r"\[(.*?)\]")
 
 
@@ -142,4 +144,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.analysis.analyze"))

@@ -26,6 +26,7 @@ from osd.demo import repo_relative
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 from osd.spec.decoder import accepts_logits_to_keep, context_limit
 from osd.spec.evaluate import target_only_greedy
+from osd.user_errors import run_main
 
 
 @torch.inference_mode()
@@ -148,4 +149,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.analysis.record"))

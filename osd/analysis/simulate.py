@@ -50,6 +50,7 @@ from osd.analysis.recording import (
 from osd.demo import repo_relative
 from osd.spec.decoder import MAX_VOCAB_PADDING, _CachedModel, context_limit
 from osd.spec.sampling import greedy
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -238,4 +239,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.analysis.simulate"))
