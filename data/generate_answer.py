@@ -6,7 +6,8 @@ prompt longer than the model's context minus --max_new_tokens keeps its first to
 (`osd.distill.data.truncate_prompt`, as in training); the number truncated is printed. Generation
 is batched with left padding. Answers are appended to `{output stem}.partial.jsonl` as each batch
 finishes, so an interrupted run loses at most the batch in flight; rerunning the same command
-skips the records already answered. The partial file's first line records the model, prompt
+skips the records already answered (matched by id and the sha256 of the query, so records without
+ids are matched by content; a partial file with a line that matches no input record is refused). The partial file's first line records the model, prompt
 template and generation settings; a rerun with other ones is refused. The final file (default
 `{input stem}_with_answer.json` next to the input) replaces any assistant turn the input had, and
 the partial file is then removed.
@@ -21,6 +22,7 @@ the partial file is then removed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -105,17 +107,24 @@ def run_settings(args: GenerateArgs, tok: PreTrainedTokenizerBase, config: Pretr
     }
 
 
-def load_done(partial: Path, records: list[dict], settings: dict) -> dict[int, str]:
-    """Answers already in the partial file, by record index.
+def record_key(record: dict) -> dict:
+    """What a partial-file line is matched by: the record's id (None without one) and the sha256 of
+    its query, so records without ids are matched by content."""
+    return {"id": record.get("id"), "query_sha256": hashlib.sha256(user_query(record).encode()).hexdigest()}
+
+
+def load_done(partial: Path, records: list[dict], settings: dict) -> dict[str, str]:
+    """Answers already in the partial file, by record key (`record_key`, as JSON).
 
     The first line holds the settings the file was written with; other settings are an error. A
     torn last line (the run died mid-write) is cut off the file; any other bad line, or a line
-    whose id does not match the input, is an error: the partial file belongs to another input.
+    whose id and query match no input record, is an error: the partial file belongs to another input.
     """
     if not partial.exists():
         return {}
     lines = read_text(partial).splitlines(keepends=True)
-    done: dict[int, str] = {}
+    keys = {json.dumps(record_key(r)) for r in records}
+    done: dict[str, str] = {}
     for n, line in enumerate(lines, start=1):
         try:
             entry = json.loads(line)
@@ -127,13 +136,14 @@ def load_done(partial: Path, records: list[dict], settings: dict) -> dict[int, s
         if n == 1:
             check_settings(partial, entry.get("settings") if isinstance(entry, dict) else None, settings)
             continue
-        i = entry.get("index")
-        if not isinstance(i, int) or not 0 <= i < len(records) or entry.get("id") != records[i].get("id"):
+        key = json.dumps({"id": entry.get("id"), "query_sha256": entry.get("query_sha256")})
+        if key not in keys:
             raise ValueError(
-                f"{partial}, line {n}: {entry.get('id')!r} at index {i} does not match the input records; "
-                "was it written for another --filename? Delete it to start over"
+                f"{partial}, line {n}: record {entry.get('id')!r} (query sha256 {entry.get('query_sha256')}) "
+                f"does not match the input records of {partial.name}'s --filename; was it written for another "
+                "--filename? Delete it to start over"
             )
-        done[i] = entry["answer"]
+        done[key] = entry["answer"]
     return done
 
 
@@ -245,8 +255,11 @@ def main(argv: list[str] | None = None) -> Path:
     tok, config = load_tokenizer(args)
     settings = run_settings(args, tok, config)
     done = load_done(partial, records, settings)
-    pending = [i for i in range(len(records)) if i not in done]
-    print(f"{args.filename}: {len(records)} records, {len(done)} already answered in {partial}")
+    keys = [json.dumps(record_key(r)) for r in records]
+    pending = [i for i, key in enumerate(keys) if key not in done]
+    print(
+        f"{args.filename}: {len(records)} records, {len(records) - len(pending)} already answered in {partial}"
+    )
     if pending:
         limit = settings["max_prompt_tokens"]
         prompts = {i: encode_query(tok, config, user_query(records[i])) for i in pending}
@@ -266,23 +279,20 @@ def main(argv: list[str] | None = None) -> Path:
             )
         with (
             partial.open("a", encoding="utf-8") as f,
-            tqdm(total=len(records), initial=len(done), unit="rec") as bar,
+            tqdm(total=len(records), initial=len(records) - len(pending), unit="rec") as bar,
         ):
             for start in range(0, len(pending), args.batch_size):
                 chunk = pending[start : start + args.batch_size]
                 answers = generate_batch(model, tok, [prompts[i] for i in chunk], args.max_new_tokens)
                 for i, answer in zip(chunk, answers, strict=True):
                     f.write(
-                        json.dumps(
-                            {"index": i, "id": records[i].get("id"), "answer": answer}, ensure_ascii=False
-                        )
-                        + "\n"
+                        json.dumps(record_key(records[i]) | {"answer": answer}, ensure_ascii=False) + "\n"
                     )
-                    done[i] = answer
+                    done[keys[i]] = answer
                 f.flush()
                 os.fsync(f.fileno())
                 bar.update(len(chunk))
-    save_conversations([with_answer(r, done[i]) for i, r in enumerate(records)], out)
+    save_conversations([with_answer(r, done[key]) for r, key in zip(records, keys, strict=True)], out)
     partial.unlink(missing_ok=True)
     print(f"{out}: {len(records)} records with the teacher's answer ({len(pending)} generated now)")
     return out
