@@ -45,7 +45,7 @@ from transformers import (
 from osd.conversations import read_conversations, save_conversations, user_query
 from osd.datafiles import read_text, refuse_overwrite
 from osd.distill.data import truncate_prompt
-from osd.model_checks import check_model_path
+from osd.model_checks import check_model_path, load_pretrained
 from osd.prompting import encode_prompt, prompt_text
 from osd.spec.decoder import context_limit
 from osd.user_errors import run_main
@@ -165,8 +165,8 @@ def check_settings(partial: Path, recorded: dict | None, settings: dict) -> None
 def load_tokenizer(args: GenerateArgs) -> tuple[PreTrainedTokenizerBase, PretrainedConfig]:
     """The teacher's tokenizer (left padding) and config: cheap, read before the weights."""
     check_model_path(args.model)
-    return AutoTokenizer.from_pretrained(args.model, padding_side="left"), AutoConfig.from_pretrained(
-        args.model
+    return load_pretrained(AutoTokenizer, args.model, padding_side="left"), load_pretrained(
+        AutoConfig, args.model
     )
 
 
@@ -175,7 +175,7 @@ def load_teacher(
 ) -> torch.nn.Module:
     """The teacher's weights; gives `tok` a pad token when it has none."""
     model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    model = model_cls.from_pretrained(args.model, dtype=args.dtype, device_map=args.device_map)
+    model = load_pretrained(model_cls, args.model, dtype=args.dtype, device_map=args.device_map)
     if args.device_map is None:
         model.to("cuda" if torch.cuda.is_available() else "cpu")
     if tok.pad_token is None:

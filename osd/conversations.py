@@ -25,7 +25,7 @@ from typing import Any
 
 import datasets
 
-from osd.datafiles import read_text
+from osd.datafiles import read_text, write_text
 
 GROUP_FIELDS = ("dataset", "topic", "language")
 
@@ -203,9 +203,7 @@ def _json_line(line: str, number: int, path: Path) -> Any:
 
 def save_conversations(records: list[dict], path: str | Path) -> None:
     """Write records as an indented JSON list (creating parent folders)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(records, ensure_ascii=False, indent=1) + "\n")
 
 
 def user_query(record: dict) -> str:

@@ -53,3 +53,16 @@ def refuse_overwrite(outputs: Mapping[str, str | Path], inputs: Mapping[str, str
         if target in seen:
             raise DataFileError(f"{flag} {out} and {seen[target]} are the same file; choose distinct outputs")
         seen[target] = f"{flag} {out}"
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write UTF-8 text (creating parent folders); a failure (a full disk, a read-only folder, a
+    parent that is a file) raises an OSError that names the file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, f"{e.strerror} (writing {path})", str(path)) from e

@@ -38,7 +38,7 @@ from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArg
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.run_dir import RunPlan, final_eval, open_run, run_identity
 from osd.distill.trainer import DistillTrainer
-from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths
+from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths, load_pretrained
 
 logger = logging.getLogger(__name__)
 
@@ -55,16 +55,16 @@ def load_model(
     """A causal LM or, when the config says so, an encoder-decoder (T5) model; hub name or local path."""
     ensure_if_demo_target(path)  # the demo target is converted from its package on first use
     check_model_path(path)
-    config = AutoConfig.from_pretrained(path, cache_dir=cache_dir)
+    config = load_pretrained(AutoConfig, path, cache_dir=cache_dir)
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    return auto.from_pretrained(path, cache_dir=cache_dir, dtype=resolve_dtype(dtype), device_map=device_map)
+    return load_pretrained(auto, path, cache_dir=cache_dir, dtype=resolve_dtype(dtype), device_map=device_map)
 
 
 def load_tokenizer(path: str, cache_dir: str | None) -> PreTrainedTokenizerBase:
     """The teacher's tokenizer, with a pad token (unk, else eos, as the reference) when it has none."""
     ensure_if_demo_target(path)  # the demo target is converted from its package on first use
     check_model_path(path)
-    tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir)
+    tokenizer = load_pretrained(AutoTokenizer, path, cache_dir=cache_dir)
     if tokenizer.pad_token is None:
         fallback = tokenizer.unk_token or tokenizer.eos_token
         if fallback is None:
