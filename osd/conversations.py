@@ -63,6 +63,12 @@ def validate_record(record: Any, index: int, source: str | Path) -> dict:
         raise ConversationFormatError(
             f"{where}: the first user turn (the query) is empty; give it a query or remove the record"
         )
+    for key in GROUP_FIELDS:  # alpha is grouped by their values: a number would silently drop out
+        if record.get(key) is not None and not isinstance(record[key], str):
+            raise ConversationFormatError(
+                f"{where}: {key!r} is {record[key]!r} ({type(record[key]).__name__}); a grouping field is a "
+                f'string, e.g. "{record[key]}"'
+            )
     return record
 
 

@@ -65,4 +65,4 @@ def write_text(path: str | Path, text: str) -> None:
     except OSError as e:
         if e.filename is not None:
             raise
-        raise OSError(e.errno, f"{e.strerror} (writing {path})", str(path)) from e
+        raise OSError(e.errno, e.strerror, str(path)) from e
