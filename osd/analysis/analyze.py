@@ -65,13 +65,7 @@ def read_iterations(path: str | Path) -> list[dict]:
         raise ValueError(f"{path}: empty file; expected simulate's .jsonl or DSD's output text")
     if not text.lstrip().startswith("{"):
         return read_dsd(path)
-    rows = [_row(line, n, path) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if "format" in rows[0]:
-        raise ValueError(
-            f"{path}: a recording ({rows[0]['format']}), not per-iteration rows; replay a draft on it with "
-            "`python -m osd.analysis.simulate --recording ... --output STEM`, then analyze STEM.jsonl"
-        )
-    return rows
+    return [_row(line, n, path) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
 
 
 def _row(line: str, number: int, path: Path) -> dict:
@@ -80,7 +74,12 @@ def _row(line: str, number: int, path: Path) -> dict:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}, line {number}: not valid JSON ({e.msg}); the file is torn") from None
-    if not isinstance(row, dict) or ("format" not in row and not ITERATION_FIELDS <= row.keys()):
+    if isinstance(row, dict) and "format" in row:
+        raise ValueError(
+            f"{path}: a recording ({row['format']}), not per-iteration rows; replay a draft on it with "
+            "`python -m osd.analysis.simulate --recording ... --output STEM`, then analyze STEM.jsonl"
+        )
+    if not isinstance(row, dict) or not ITERATION_FIELDS <= row.keys():
         raise ValueError(
             f"{path}, line {number}: not an iteration row with fields {sorted(ITERATION_FIELDS)}"
         )
