@@ -56,9 +56,7 @@ def test_a_run_resumed_into_a_live_runs_folder_is_refused_with_its_pid(saved_pai
     try:
         deadline = time.monotonic() + 120
         while not (out / METRICS_FILE).is_file():  # training: the first run holds the folder
-            assert first.poll() is None and time.monotonic() < deadline, (
-                "the first run did not start training"
-            )
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never trained"
             time.sleep(0.2)
         assert holder_pid(out) == first.pid
         second = subprocess.run(
@@ -67,10 +65,8 @@ def test_a_run_resumed_into_a_live_runs_folder_is_refused_with_its_pid(saved_pai
         )  # fmt: skip
         assert first.poll() is None  # still running: the refusal was not a race with its end
         assert second.returncode == 1, second.stderr[-2000:]
-        assert (
-            f"osd.train: error: --output_dir {out} is in use by a running run (process {first.pid} on "
-            in (second.stderr)
-        )
+        refusal = f"osd.train: error: --output_dir {out} is in use by a running run (process {first.pid} on "
+        assert refusal in second.stderr
         assert "Traceback" not in second.stderr
     finally:
         first.kill()  # a crash: the OS releases the lock, the file still names the dead holder
