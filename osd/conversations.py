@@ -25,7 +25,7 @@ from typing import Any
 
 import datasets
 
-from osd.datafiles import read_text, write_text
+from osd.datafiles import json_lines, read_text, write_text
 
 GROUP_FIELDS = ("dataset", "topic", "language")
 
@@ -84,7 +84,7 @@ def load_conversations(path: str | Path) -> list[dict]:
     if not text.strip():
         raise ConversationFormatError(f"{path}: empty file; expected a JSON list of conversation records")
     if path.suffix == ".jsonl":
-        records = [_json_line(line, n, path) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        records = json_lines(text, path, "expected one record per line", ConversationFormatError)
     else:
         try:
             records = json.loads(text)
@@ -196,15 +196,6 @@ def read_conversations(
         return load_conversations(source)
     data, _ = load_conversation_dataset(source, split, flag)
     return [{k: v for k, v in row.items() if v is not None} for row in data]
-
-
-def _json_line(line: str, number: int, path: Path) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ConversationFormatError(
-            f"{path}, line {number}: not valid JSON ({e.msg}); expected one record per line"
-        ) from e
 
 
 def save_conversations(records: list[dict], path: str | Path) -> None:

@@ -4,8 +4,10 @@ over each other: one rule, `refuse_overwrite`, checked before any model loads.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 class DataFileError(ValueError):
@@ -23,6 +25,20 @@ def read_text(path: str | Path) -> str:
             f"{path}, line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
             "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
         ) from None
+
+
+def json_lines(text: str, path: str | Path, hint: str, error: type[ValueError] = DataFileError) -> list[Any]:
+    """The values of JSON-lines `text` read from `path` (blank lines skipped); a line that is not JSON
+    raises `error` naming the file and line, then `hint`."""
+    values = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise error(f"{path}, line {number}: not valid JSON ({e.msg}); {hint}") from None
+    return values
 
 
 def refuse_overwrite(outputs: Mapping[str, str | Path], inputs: Mapping[str, str | Path | None]) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -69,15 +68,6 @@ def p(tmp_path_factory) -> SimpleNamespace:
     return p
 
 
-def train_argv(p: SimpleNamespace, *extra: str, data: Path | None = None) -> list[str]:
-    return ["--student_model_path", str(p.draft), "--teacher_model_path", str(p.teacher),
-            "--data_path", str(data or p.conv), "--report_to", "none", "--max_steps", "1", *extra]  # fmt: skip
-
-
-def sim_argv(p: SimpleNamespace, recording: Path, draft: Path, output: Path) -> list[str]:
-    return ["--recording", str(recording), "--draft", str(draft), "--output", str(output)]
-
-
 # tool -> (module holding `main`, the name its errors carry); data scripts are imported from data/
 TOOLS = {
     "train": ("osd.train", "osd.train"),
@@ -88,193 +78,91 @@ TOOLS = {
     "prepare_online": ("prepare_online", "prepare_online.py"),
     "clean_gsm8k": ("clean_gsm8k", "clean_gsm8k.py"),
 }
-Argv = Callable[[SimpleNamespace], list[str]]
-Expected = Callable[[SimpleNamespace], list[str]]
-# id -> (tool, argv, exit status, substrings of the error line)
-CASES: dict[str, tuple[str, Argv, int, Expected]] = {
+# command lines and expected error texts name the fixture's paths as {teacher}, {conv}, ...
+TRAIN = "--student_model_path {draft} --teacher_model_path {teacher} --data_path {conv} --report_to none --max_steps 1"
+RECORD = "--target {teacher} --conversations {conv}"
+SIMULATE = "--draft {draft} --output {root}/sim --recording"
+# id -> (tool, command line, exit status, texts the error line holds)
+CASES: dict[str, tuple[str, str, int, tuple[str, ...]]] = {
     "record over its conversations (defect 1)": (
-        "record",
-        lambda p: [
-            "--target",
-            str(p.teacher),
-            "--conversations",
-            str(p.conv),
-            "--output",
-            str(p.root / "conv"),
-        ],
-        1,
-        lambda p: [f"--output {p.conv} is the input file {p.conv} (--conversations)"],
+        "record", f"{RECORD} --output {{root}}/conv", 1, ("--output {conv} is the input file {conv} (--conversations)",)
     ),
     "simulate over its recording (defect 2)": (
-        "simulate",
-        lambda p: sim_argv(p, p.rec, p.draft, p.rec),
-        1,
-        lambda p: [f"--output {p.rec}.jsonl is the input file {p.rec}.jsonl (--recording)"],
+        "simulate", "--draft {draft} --recording {rec} --output {rec}", 1,
+        ("--output {rec}.jsonl is the input file {rec}.jsonl (--recording)",),
     ),
     "train into the teacher's folder with --overwrite_output_dir (defect 4)": (
-        "train",
-        lambda p: train_argv(p, "--output_dir", str(p.teacher), "--overwrite_output_dir", "True"),
-        1,
-        lambda p: [f"--output_dir {p.teacher} is the input folder {p.teacher} (--teacher_model_path)"],
+        "train", f"{TRAIN} --output_dir {{teacher}} --overwrite_output_dir True", 1,
+        ("--output_dir {teacher} is the input folder {teacher} (--teacher_model_path)",),
     ),
     "train into a folder inside the draft's": (
-        "train",
-        lambda p: train_argv(p, "--output_dir", str(p.draft / "run")),
-        1,
-        lambda p: [
-            f"--output_dir {p.draft / 'run'} is inside the input folder {p.draft} (--student_model_path)"
-        ],
+        "train", f"{TRAIN} --output_dir {{draft}}/run", 1,
+        ("--output_dir {draft}/run is inside the input folder {draft} (--student_model_path)",),
     ),
     "train into its data folder (could never resume: 'sha256 changed')": (
-        "train",
-        lambda p: train_argv(p, "--output_dir", str(p.datadir), data=p.datadir),
-        1,
-        lambda p: [f"--output_dir {p.datadir} is the input folder {p.datadir} (--data_path)"],
+        "train", f"{TRAIN} --data_path {{datadir}} --output_dir {{datadir}}", 1,
+        ("--output_dir {datadir} is the input folder {datadir} (--data_path)",),
     ),
     "train with --output_dir a file": (
-        "train",
-        lambda p: train_argv(p, "--output_dir", str(p.afile)),
-        1,
-        lambda p: [f"--output_dir {p.afile} is a file, not a folder"],
+        "train", f"{TRAIN} --output_dir {{afile}}", 1, ("--output_dir {afile} is a file, not a folder",)
     ),
     "train with --output_dir under a file (not writable)": (
-        "train",
-        lambda p: train_argv(p, "--output_dir", str(p.afile / "run")),
-        1,
-        lambda p: [f"--output_dir {p.afile / 'run'}: cannot write there (Not a directory)"],
+        "train", f"{TRAIN} --output_dir {{afile}}/run", 1,
+        ("--output_dir {afile}/run: cannot write there (Not a directory)",),
     ),
     "train with --output_dir in a read-only file system": (
-        "train",
-        lambda p: train_argv(p, "--output_dir", "/sys/osd_run"),
-        1,
-        lambda p: ["--output_dir /sys/osd_run: cannot write there"],
+        "train", f"{TRAIN} --output_dir /sys/osd_run", 1, ("--output_dir /sys/osd_run: cannot write there",)
     ),
     "train with a truncated model.safetensors": (
-        "train",
-        lambda p: train_argv(p, "--output_dir", str(p.root / "r1"), "--student_model_path", str(p.truncated)),
-        1,
-        lambda p: [f"{p.truncated}: cannot load its model (Error while deserializing header"],
+        "train", f"{TRAIN} --output_dir {{root}}/r1 --student_model_path {{truncated}}", 1,
+        ("{truncated}: cannot load its model (Error while deserializing header",),
     ),
     "train with a hub model that is not cached, offline": (
-        "train",
-        lambda p: train_argv(
-            p, "--output_dir", str(p.root / "r2"), "--teacher_model_path", "nobody/no-model"
-        ),
-        1,
-        lambda p: ["nobody/no-model: cannot load its tokenizer (", "couldn't find them in the cached files"],
+        "train", f"{TRAIN} --output_dir {{root}}/r2 --teacher_model_path nobody/no-model", 1,
+        ("nobody/no-model: cannot load its tokenizer (", "couldn't find them in the cached files"),
     ),
     "train on a numeric topic (dropped out of per-group alpha)": (
-        "train",
-        lambda p: train_argv(p, "--output_dir", str(p.root / "r3"), data=p.topic),
-        1,
-        lambda p: [f"{p.topic}, record 0: 'topic' is 3 (int); a grouping field is a string"],
+        "train", f"{TRAIN} --output_dir {{root}}/r3 --data_path {{topic}}", 1,
+        ("{topic}, record 0: 'topic' is 3 (int); a grouping field is a string",),
     ),
     "record --limit 0 (then simulate said alpha nan)": (
-        "record",
-        lambda p: [
-            "--target",
-            str(p.teacher),
-            "--conversations",
-            str(p.conv),
-            "--limit",
-            "0",
-            "--output",
-            str(p.root / "zero"),
-        ],  # fmt: skip
-        2,
-        lambda p: ["argument --limit: 0; expected at least 1 record"],
+        "record", f"{RECORD} --limit 0 --output {{root}}/zero", 2, ("argument --limit: 0; expected at least 1 record",)
     ),
     "record on a full disk": (
-        "record",
-        lambda p: [
-            "--target",
-            str(p.teacher),
-            "--conversations",
-            str(p.conv),
-            "--limit",
-            "1",
-            "--max_new_tokens",
-            "2",
-            "--output",
-            str(p.root / "full"),
-        ],  # fmt: skip
-        1,
-        lambda p: [f"No space left on device: '{p.root / 'full.jsonl'}'"],
+        "record", f"{RECORD} --limit 1 --max_new_tokens 2 --output {{root}}/full", 1,
+        ("No space left on device: '{root}/full.jsonl'",),
     ),
-    "simulate an empty recording": (
-        "simulate",
-        lambda p: sim_argv(p, p.empty, p.draft, p.root / "s1"),
-        1,
-        lambda p: [f"{p.empty}: a header and no prompt records"],
-    ),
+    "simulate an empty recording": ("simulate", f"{SIMULATE} {{empty}}", 1, ("{empty}: a header and no prompt records",)),
     "simulate a torn recording (was JSONDecodeError)": (
-        "simulate",
-        lambda p: sim_argv(p, p.torn, p.draft, p.root / "s2"),
-        1,
-        lambda p: [f"{p.torn}, line 2: not valid JSON"],
+        "simulate", f"{SIMULATE} {{torn}}", 1, ("{torn}, line 2: not valid JSON",)
     ),
     "simulate with a smaller-vocabulary draft (was IndexError)": (
-        "simulate",
-        lambda p: sim_argv(p, p.rec, p.small, p.root / "s3"),
-        1,
-        lambda p: [
-            f"draft {p.small} embeds ",
-            "token ids, but prompt sql_eval_0 of the recording holds token id",
-        ],
+        "simulate", f"{SIMULATE} {{rec}} --draft {{small}}", 1,
+        ("draft {small} embeds ", "token ids, but prompt sql_eval_0 of the recording holds token id"),
     ),
     "simulate with a draft without tokenizer": (
-        "simulate",
-        lambda p: sim_argv(p, p.rec, p.notok, p.root / "s4"),
-        1,
-        lambda p: [f"{p.notok}: cannot load its tokenizer (", "name the target's tokenizer with --tokenizer"],
+        "simulate", f"{SIMULATE} {{rec}} --draft {{notok}}", 1,
+        ("{notok}: cannot load its tokenizer (", "name the target's tokenizer with --tokenizer"),
     ),
     "analyze a recording (was KeyError: 'prompt')": (
-        "analyze",
-        lambda p: [f"{p.rec}.jsonl"],
-        1,
-        lambda p: [f"{p.rec}.jsonl: a recording (osd-recording/1), not per-iteration rows"],
+        "analyze", "{rec}.jsonl", 1, ("{rec}.jsonl: a recording (osd-recording/1), not per-iteration rows",)
     ),
     "analyze with --json over its input": (
-        "analyze",
-        lambda p: [f"{p.rec}.jsonl", "--json", f"{p.rec}.jsonl"],
-        1,
-        lambda p: [f"--json {p.rec}.jsonl is the input file {p.rec}.jsonl (path)"],
+        "analyze", "{rec}.jsonl --json {rec}.jsonl", 1, ("--json {rec}.jsonl is the input file {rec}.jsonl (path)",)
     ),
     "generate_answer into the model's folder": (
-        "generate_answer",
-        lambda p: [
-            "--filename",
-            str(p.conv),
-            "--model",
-            str(p.teacher),
-            "--output",
-            str(p.teacher / "a.json"),
-        ],
-        1,
-        lambda p: [f"--output {p.teacher / 'a.json'} is inside the input folder {p.teacher} (--model)"],
+        "generate_answer", "--filename {conv} --model {teacher} --output {teacher}/a.json", 1,
+        ("--output {teacher}/a.json is inside the input folder {teacher} (--model)",),
     ),
     "prepare_online --n -5 (wrote [])": (
-        "prepare_online",
-        lambda p: [
-            "--kind",
-            "mix",
-            "--inputs",
-            f"a={p.conv}",
-            "--n",
-            "-5",
-            "--output",
-            str(p.root / "m.json"),
-        ],
-        1,
-        lambda p: ["n -5: expected a stream of at least 1 record"],
+        "prepare_online", "--kind mix --inputs a={conv} --n -5 --output {root}/m.json", 1,
+        ("n -5: expected a stream of at least 1 record",),
     ),
     "a clean script writing into its raw folder": (
-        "clean_gsm8k",
-        lambda p: ["--raw_path", str(p.datadir), "--output_dir", str(p.datadir), "--splits", "train"],
-        1,
-        lambda p: [f"is inside the input folder {p.datadir} (--raw_path)"],
+        "clean_gsm8k", "--raw_path {datadir} --output_dir {datadir} --splits train", 1,
+        ("is inside the input folder {datadir} (--raw_path)",),
     ),
-}
+}  # fmt: skip
 
 
 def writable(folder: Path) -> bool:
@@ -292,7 +180,7 @@ def snapshot(root: Path) -> dict[Path, tuple[int, int]]:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_error_line_and_inputs_are_untouched(case, p, capsys, monkeypatch):
-    tool, argv, status, expected = CASES[case]
+    tool, command, status, expected = CASES[case]
     if case == "record on a full disk":
         if not DEV_FULL.exists():
             pytest.skip("no /dev/full here")
@@ -306,7 +194,7 @@ def test_bad_input_is_one_error_line_and_inputs_are_untouched(case, p, capsys, m
     before = snapshot(p.root)
     capsys.readouterr()
     try:
-        code = run_main(lambda: main(argv(p)), prog)
+        code = run_main(lambda: main(command.format(**vars(p)).split()), prog)
     except SystemExit as e:  # argparse's usage errors
         code = e.code
     err = capsys.readouterr().err
@@ -314,7 +202,7 @@ def test_bad_input_is_one_error_line_and_inputs_are_untouched(case, p, capsys, m
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"{prog}: error: ") if status == 1 else ": error: argument" in last, last
-    for text in expected(p):
-        assert text in last, last
+    for text in expected:
+        assert text.format(**vars(p)) in last, last
     after = snapshot(p.root)
     assert {f: after.get(f) for f in before} == before  # no input written over, none removed

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from osd.datafiles import read_text, refuse_overwrite, write_text
+from osd.datafiles import json_lines, read_text, refuse_overwrite, write_text
 from osd.user_errors import run_main
 
 BRACKETS = re.compile(r"\[(.*?)\]")
@@ -65,25 +65,21 @@ def read_iterations(path: str | Path) -> list[dict]:
         raise ValueError(f"{path}: empty file; expected simulate's .jsonl or DSD's output text")
     if not text.lstrip().startswith("{"):
         return read_dsd(path)
-    return [_row(line, n, path) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    rows = json_lines(text, path, "the file is torn")
+    for number, row in enumerate(rows, 1):
+        check_row(row, number, path)
+    return rows
 
 
-def _row(line: str, number: int, path: Path) -> dict:
-    """One iteration row of simulate's JSONL, else a ValueError naming the file and line."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}, line {number}: not valid JSON ({e.msg}); the file is torn") from None
+def check_row(row: object, number: int, path: Path) -> None:
+    """Raise unless `row` (the number-th of a JSONL file) is one of simulate's iteration rows."""
     if isinstance(row, dict) and "format" in row:
         raise ValueError(
             f"{path}: a recording ({row['format']}), not per-iteration rows; replay a draft on it with "
             "`python -m osd.analysis.simulate --recording ... --output STEM`, then analyze STEM.jsonl"
         )
     if not isinstance(row, dict) or not ITERATION_FIELDS <= row.keys():
-        raise ValueError(
-            f"{path}, line {number}: not an iteration row with fields {sorted(ITERATION_FIELDS)}"
-        )
-    return row
+        raise ValueError(f"{path}, row {number}: not an iteration row with fields {sorted(ITERATION_FIELDS)}")
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
-from osd.datafiles import read_text, write_text
+from osd.datafiles import json_lines, read_text, write_text
 from osd.model_checks import SPECIAL_IDS
 
 FORMAT = "osd-recording/1"
@@ -100,9 +100,7 @@ def load_recording(stem: str | Path) -> Recording:
     jsonl, tensors = paths(stem)
     if not jsonl.is_file():
         raise FileNotFoundError(f"{jsonl}: no such recording; write one with `python -m osd.analysis.record`")
-    lines = [
-        _json_line(line, n, jsonl) for n, line in enumerate(read_text(jsonl).splitlines(), 1) if line.strip()
-    ]
+    lines = json_lines(read_text(jsonl), jsonl, "the recording is torn: record it again", RecordingError)
     if not lines or not isinstance(lines[0], dict) or lines[0].get("format") != FORMAT:
         raise RecordingError(
             f"{jsonl}: the first line is not a {FORMAT} header; re-record it with osd.analysis.record"
@@ -128,15 +126,6 @@ def load_recording(stem: str | Path) -> Recording:
         except TypeError as e:
             raise RecordingError(f"{jsonl}, line {i + 2}: not a prompt record ({e})") from e
     return Recording(header, prompts)
-
-
-def _json_line(line: str, number: int, path: Path) -> dict:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise RecordingError(
-            f"{path}, line {number}: not valid JSON ({e.msg}); the recording is torn: record it again"
-        ) from None
 
 
 def check_token_ids(recording: Recording, rows: int, model: str) -> None:
