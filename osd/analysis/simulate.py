@@ -53,6 +53,7 @@ from osd.datafiles import refuse_overwrite
 from osd.demo import repo_relative
 from osd.model_checks import load_pretrained
 from osd.spec.decoder import MAX_VOCAB_PADDING, _CachedModel, context_limit
+from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.sampling import greedy
 from osd.user_errors import run_main
 
@@ -243,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     tokenizer = load_pretrained(
         AutoTokenizer, args.tokenizer or args.draft, "name the target's tokenizer with --tokenizer"
     )
-    draft = load_pretrained(AutoModelForCausalLM, args.draft, dtype=args.dtype).eval()
+    draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=args.dtype).eval())
     check_token_ids(recording, draft.get_input_embeddings().num_embeddings, f"draft {args.draft}")
     results = simulate(
         recording, draft, tokenizer_identity(tokenizer), args.gamma, args.max_new_tokens, args.recording
