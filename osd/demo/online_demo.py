@@ -45,6 +45,7 @@ from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
 from osd.streams import abrupt_stream
 from osd.train import load_model, load_tokenizer
+from osd.user_errors import run_main
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
 
@@ -241,4 +242,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.demo.online_demo"))
