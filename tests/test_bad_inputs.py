@@ -77,6 +77,7 @@ TOOLS = {
     "generate_answer": ("generate_answer", "generate_answer.py"),
     "prepare_online": ("prepare_online", "prepare_online.py"),
     "clean_gsm8k": ("clean_gsm8k", "clean_gsm8k.py"),
+    "online_demo": ("osd.demo.online_demo", "osd.demo.online_demo"),
 }
 # command lines and expected error texts name the fixture's paths as {teacher}, {conv}, ...
 TRAIN = "--student_model_path {draft} --teacher_model_path {teacher} --data_path {conv} --report_to none --max_steps 1"
@@ -157,6 +158,10 @@ CASES: dict[str, tuple[str, str, int, tuple[str, ...]]] = {
     "prepare_online --n -5 (wrote [])": (
         "prepare_online", "--kind mix --inputs a={conv} --n -5 --output {root}/m.json", 1,
         ("n -5: expected a stream of at least 1 record",),
+    ),
+    "the online demo into a folder holding its models (it empties its --output_dir)": (
+        "online_demo", "--target {teacher} --draft {draft} --output_dir {root}", 1,
+        ("--output_dir {root} holds the input folder {teacher} (--target)",),
     ),
     "a clean script writing into its raw folder": (
         "clean_gsm8k", "--raw_path {datadir} --output_dir {datadir} --splits train", 1,
