@@ -84,6 +84,10 @@ class RoutedDrafts(nn.Module):
         """The first draft's config (DistillTrainer checks the vocabulary; all drafts share one)."""
         return next(iter(self.drafts.values())).config
 
+    def get_output_embeddings(self) -> nn.Module:
+        """The first draft's head (DistillTrainer reads its sub-vocabulary token set; all drafts share one)."""
+        return next(iter(self.drafts.values())).get_output_embeddings()
+
     def forward(self, *args, **kwargs):
         raise TypeError("RoutedDrafts has no forward: pick a draft with drafts[route]")
 
