@@ -39,6 +39,7 @@ from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.run_dir import RunPlan, final_eval, open_run, run_identity
 from osd.distill.trainer import DistillTrainer
 from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths, load_pretrained
+from osd.user_errors import disk_full_as_oserror
 
 logger = logging.getLogger(__name__)
 
@@ -179,12 +180,13 @@ def run(
     plan.begin(training_args.should_save)
     if plan.checkpoint is not None:
         logger.info("resuming from %s", plan.checkpoint.path)
-    trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
-    trainer.save_model()
-    metrics = {}
-    if eval_dataset is not None and training_args.mode == "offline":  # unless measured at the last step
-        metrics = final_eval(trainer.state.log_history, trainer.state.global_step) or trainer.evaluate()
-    trainer.save_state()  # last: its trainer_state.json marks the run finished
+    with disk_full_as_oserror(training_args.output_dir):  # a checkpoint that did not fit: resume after
+        trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
+        trainer.save_model()
+        metrics = {}
+        if eval_dataset is not None and training_args.mode == "offline":  # unless measured at the last step
+            metrics = final_eval(trainer.state.log_history, trainer.state.global_step) or trainer.evaluate()
+        trainer.save_state()  # last: its trainer_state.json marks the run finished
     return metrics
 
 

@@ -12,11 +12,15 @@ path, a full disk). Anything else is a bug and keeps its traceback. Usage errors
 
 from __future__ import annotations
 
+import errno
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 USER_ERRORS = (ValueError, OSError)
+# how libraries that write through Rust or C++ (safetensors, torch.save) report a full disk
+DISK_FULL = ("No space left on device", "file write failed")
 
 
 def run_main(main: Callable[[], object], prog: str | None = None) -> int:
@@ -29,3 +33,17 @@ def run_main(main: Callable[[], object], prog: str | None = None) -> int:
         print(f"{prog or Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+@contextmanager
+def disk_full_as_oserror(folder: str | Path) -> Iterator[None]:
+    """Within: a library's error for a failed write (a full disk) becomes an OSError naming `folder`;
+    safetensors and torch.save report it as their own exception types, with the reason in words."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, OSError) or not any(words in str(e) for words in DISK_FULL):
+            raise
+        raise OSError(
+            errno.ENOSPC, f"writing under {folder} failed ({e}); free some space", str(folder)
+        ) from e
