@@ -11,7 +11,8 @@ Usage (embedded demo pair, CPU, no downloads): bash bash_scripts/demo/offline.sh
 Every `transformers.TrainingArguments` flag works too, and so do the reference's command lines
 (osd.distill.reference_flags maps its renamed and T5-only flags). An --output_dir that holds a run
 is refused unless --resume_from_checkpoint (a checkpoint, or `last` for the newest complete one) or
---overwrite_output_dir (start over) is given: see osd.distill.run_dir.
+--overwrite_output_dir (start over) is given; one that a running run holds, or that is or lies in a
+model or data folder, is refused before any model loads: see osd.distill.run_dir.
 """
 
 from __future__ import annotations
