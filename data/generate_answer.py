@@ -7,8 +7,9 @@ prompt longer than the model's context minus --max_new_tokens keeps its first to
 is batched with left padding. Answers are appended to `{output stem}.partial.jsonl` as each batch
 finishes, so an interrupted run loses at most the batch in flight; rerunning the same command
 skips the records already answered (matched by id and the sha256 of the query, so records without
-ids are matched by content; a partial file with a line that matches no input record is refused). The partial file's first line records the model, prompt
-template and generation settings; a rerun with other ones is refused. The final file (default
+ids are matched by content; a line that matches no input record is refused: the file was written
+from another input). The partial file's first line records the model, prompt template and
+generation settings; a rerun with other ones is refused. The final file (default
 `{input stem}_with_answer.json` next to the input) replaces any assistant turn the input had, and
 the partial file is then removed.
 
@@ -140,8 +141,7 @@ def load_done(partial: Path, records: list[dict], settings: dict) -> dict[str, s
         if key not in keys:
             raise ValueError(
                 f"{partial}, line {n}: record {entry.get('id')!r} (query sha256 {entry.get('query_sha256')}) "
-                f"does not match the input records of {partial.name}'s --filename; was it written for another "
-                "--filename? Delete it to start over"
+                "does not match the input records; was it written for another --filename? Delete it to start over"
             )
         done[key] = entry["answer"]
     return done
