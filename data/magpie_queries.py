@@ -27,9 +27,10 @@ from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
 
 from osd.conversations import save_conversations
-from osd.datafiles import read_text
+from osd.datafiles import read_text, refuse_overwrite
 from osd.model_checks import check_model_path
 from osd.prompting import prompt_text
+from osd.user_errors import run_main
 
 MARK = "\x00QUERY\x00"
 
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> Path:
         torch.set_num_threads(args.num_threads)
     out = Path(args.output)
     partial = out.with_name(out.stem + ".partial.jsonl")
+    refuse_overwrite({"--output": out, "its partial file": partial}, {"--model": args.model})
     out.parent.mkdir(parents=True, exist_ok=True)
     check_model_path(args.model)
     settings = {k: v for k, v in asdict(args).items() if k not in ("output", "num_queries", "num_threads")}
@@ -151,4 +153,4 @@ def _keep(queries: list[str | None], min_chars: int) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

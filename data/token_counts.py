@@ -24,6 +24,7 @@ from transformers import AutoTokenizer, HfArgumentParser
 from osd.conversations import assistant_answer, read_conversations
 from osd.datafiles import refuse_overwrite
 from osd.spec.draft_vocab import count_tokens
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -38,7 +39,9 @@ class CountArgs:
 
 def main(argv: list[str] | None = None) -> None:
     (args,) = HfArgumentParser(CountArgs).parse_args_into_dataclasses(argv)
-    refuse_overwrite({"--output": args.output}, args.data)
+    refuse_overwrite(
+        {"--output": args.output}, {f"--data {d}": d for d in args.data} | {"--tokenizer": args.tokenizer}
+    )
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     answers = [a for source in args.data for r in read_conversations(source, args.split, "--data")
                if (a := assistant_answer(r))]  # fmt: skip
@@ -55,4 +58,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

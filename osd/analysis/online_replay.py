@@ -29,14 +29,16 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from osd.analysis.recording import PromptRecord, Recording, load_recording
+from osd.analysis.recording import PromptRecord, Recording, load_recording, paths
 from osd.analysis.simulate import replay_greedy
 from osd.conversations import load_conversations
+from osd.datafiles import refuse_overwrite
 from osd.demo import repo_relative
 from osd.demo.lm_training import IGNORE, Example
 from osd.demo.teacher_topk import TopK, topk_distillation
 from osd.spec.decoder import MAX_VOCAB_PADDING
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -148,6 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON file: per-query alpha, the summary and the command")
     args = parser.parse_args(argv)
+    if args.out:
+        inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
+        refuse_overwrite({"--out": args.out}, inputs | {"--stream": args.stream, "--draft": args.draft})
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     recipe = Recipe(**{k: getattr(args, k) for k in asdict(Recipe())})
@@ -172,4 +177,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.analysis.online_replay"))
