@@ -90,7 +90,9 @@ def topk_distillation(examples: list[Example], targets: list[TopK]) -> BatchLoss
             [logits[b, loss_positions(examples[i][1])] for b, i in enumerate(indices)]
         )  # [N, V']
         ids = torch.cat([targets[i].ids for i in indices]).long()  # [N, K]
-        logp = torch.cat([targets[i].logp for i in indices]).float()  # [N, K]
+        logp = torch.cat(
+            [targets[i].logp.float() for i in indices]
+        )  # [N, K] (float16 stored; cat under autocast needs float32)
         vocab = draft_vocab_ids(model)
         if vocab is not None:  # full ids -> columns of the compact logits (-1: outside V')
             column = torch.full((model.get_output_embeddings().weight.shape[0],), -1, dtype=torch.long)  # [V]

@@ -130,3 +130,32 @@ def test_t5_pair_shares_one_tokenizer_without_a_chat_template(small_workload, tm
     assert set(DOMAINS) < set(metrics["standard_alpha"])
     again = build_t5_pair(dataclasses.replace(cfg, evaluate_only=True))  # re-measures the saved pair
     assert again["eval_answer_loss"] == metrics["eval_answer_loss"] and again["draft"] == metrics["draft"]
+
+
+def test_topk_distillation_is_the_soft_cross_entropy_renormalised_on_the_head():
+    """Closed form on one position, a full head and a head over a subset of the stored entries;
+    also under bf16 autocast (the build's setting), where float16 targets must still concatenate."""
+    from osd.demo.teacher_topk import TopK, topk_distillation
+    from osd.spec.draft_vocab import set_draft_vocab
+    from tests.spec.models import tiny_model
+
+    model = tiny_model("llama", layers=1)
+    ids, labels = [5, 6, 7], [-100, -100, 7]  # one loss position: logits at t = 1 predict token 7
+    top = TopK(
+        torch.tensor([[3, 9, 12]], dtype=torch.int32), torch.tensor([[-0.5, -1.5, -2.5]], dtype=torch.float16)
+    )
+    with torch.no_grad():
+        log_q = torch.log_softmax(model(torch.tensor([ids])).logits[0, 1].float(), -1)
+    p = torch.softmax(top.logp.float()[0], -1)
+    loss, n = topk_distillation([(ids, labels)], [top])(model, [0])
+    assert n == 1
+    torch.testing.assert_close(loss, -(p * log_q[[3, 9, 12]]).sum())
+    set_draft_vocab(model, [3, 12, 20])  # 9 lies outside the head: p renormalised on {3, 12}
+    with torch.no_grad():
+        log_q = torch.log_softmax(model(torch.tensor([ids])).logits[0, 1, [3, 12, 20]].float(), -1)
+    p = torch.softmax(top.logp.float()[0, [0, 2]], -1)
+    loss, _ = topk_distillation([(ids, labels)], [top])(model, [0])
+    torch.testing.assert_close(loss, -(p * log_q[[0, 1]]).sum())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = topk_distillation([(ids, labels)], [top])(model, [0])
+    assert torch.isfinite(loss)
