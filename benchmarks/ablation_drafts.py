@@ -1,9 +1,10 @@
 """Drafts of increasing size for the draft-size ablation (`benchmarks/ablations.py draft_size`).
 
-Each draft is built exactly as the demo draft (`osd.demo.build_draft`: the workload's plain
-documents plus the Python manual's prose, packed, never target outputs) with its own depth and
-width and the same short budget (--steps x --batch_size sequences of 256 tokens, same seed and
-data order); then each is distilled online (`osd.train --mode online` through
+Each draft is built exactly as the demo draft (`osd.demo.build_draft`: distilled from the target's
+top-K on the general corpus, with a sub-vocabulary head) with its own depth and width and the same
+short budget (--steps x --batch_size examples, same seed and data order). (`ablations_v1` was
+recorded with the recipe before that one, pre-training on the workload's plain documents and the
+Python manual's prose: `git show 1cda991:osd/demo/build_draft.py`.) Then each is distilled online (`osd.train --mode online` through
 `benchmarks.online_common.run_online`) on the same stream: the first --queries training queries
 of --domain, an update every --update_interval queries, same learning rate. Training only (no
 timing): run it under `/work/tools/cpu_slot`.
@@ -48,7 +49,7 @@ def build_size(size: str, out_dir: Path, steps: int, batch_size: int, lr: float)
     )  # fmt: skip
     metrics = build(cfg)
     return {
-        k: metrics[k] for k in ("parameters", "final_train_loss", "train_tokens", "eval_document_loss")
+        k: metrics[k] for k in ("parameters", "final_train_loss", "train_tokens")
     } | {"train_seconds": metrics["train_seconds_this_run"]}
 
 
