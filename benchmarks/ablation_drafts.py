@@ -48,9 +48,9 @@ def build_size(size: str, out_dir: Path, steps: int, batch_size: int, lr: float)
         steps=steps, batch_size=batch_size, lr=lr, warmup_steps=max(1, steps // 10),
     )  # fmt: skip
     metrics = build(cfg)
-    return {
-        k: metrics[k] for k in ("parameters", "final_train_loss", "train_tokens")
-    } | {"train_seconds": metrics["train_seconds_this_run"]}
+    return {k: metrics[k] for k in ("parameters", "final_train_loss", "train_tokens")} | {
+        "train_seconds": metrics["train_seconds_this_run"]
+    }
 
 
 def train_drafts(args: argparse.Namespace) -> dict:
