@@ -38,8 +38,8 @@ def build_engine(
         speculative = {"method": "draft_model", "model": draft, "num_speculative_tokens": gamma}
     return LLM(
         model=target, dtype=dtype, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
-        tensor_parallel_size=tensor_parallel_size, speculative_config=speculative,
-        disable_log_stats=False, per_request_spec_decode_metrics="detailed",
+        tensor_parallel_size=tensor_parallel_size, speculative_config=speculative, disable_log_stats=False,
+        per_request_spec_decode_metrics="none" if speculative is None else "detailed",  # vLLM refuses it alone
         worker_extension_cls=WORKER_EXTENSION,
     )  # fmt: skip
 
