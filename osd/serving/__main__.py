@@ -23,6 +23,7 @@ import torch
 from transformers import HfArgumentParser
 
 from osd.serving.config import ServingArguments
+from osd.serving.distiller import DraftDistiller
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -31,7 +32,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                               formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     (args,) = parser.parse_args_into_dataclasses(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from osd.serving.engine import build_engine  # vLLM is imported only to serve, not for --help
+    # vLLM is imported to serve, not for --help
+    from osd.serving.engine import build_engine, shutdown_engine
     from osd.serving.online import OnlineServer, jsonl_writer, load_queries
     from osd.train import load_model, load_tokenizer
 
@@ -41,8 +43,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                            args.source_prefix, args.max_samples)  # fmt: skip
     distiller = None
     if args.distils:
-        from osd.serving.distiller import DraftDistiller
-
         draft = load_model(args.student_model_path, "float32", None).to(args.trainer_device)
         target = load_model(args.teacher_model_path, args.teacher_dtype, None).to(args.trainer_device)
         distiller = DraftDistiller(draft, target, args.kl_method, args.learning_rate, args.weight_decay,
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     entries = []
     write = jsonl_writer(args.output_dir)
     OnlineServer(llm, args, distiller, lambda e: (entries.append(e), write(e))).run(queries)
+    shutdown_engine(llm)
     if distiller is not None:
         distiller.draft.save_pretrained(Path(args.output_dir) / "draft")
         tokenizer.save_pretrained(Path(args.output_dir) / "draft")

@@ -50,8 +50,17 @@ def swap_draft(llm: LLM, path: str) -> float:
     return max(llm.collective_rpc("reload_draft", args=(str(path),)))
 
 
+def shutdown_engine(llm: LLM) -> None:
+    """Stop the engine's processes now (otherwise they stop at interpreter exit, after a wait)."""
+    llm.llm_engine.engine_core.shutdown()
+
+
 def spec_counters(llm: LLM) -> dict[str, Any]:
-    """vLLM's cumulative speculative-decoding counters (`vllm:spec_decode_*`, names without the prefix)."""
+    """vLLM's cumulative speculative-decoding counters (`vllm:spec_decode_*`, names without the prefix).
+
+    They live in one process-wide Prometheus registry, and a new engine unregisters those of the
+    engines built before it: read them from the last engine built (the online loop reads the
+    per-request counters instead)."""
     prefix = "vllm:spec_decode_"
     return {
         m.name[len(prefix) :]: getattr(m, "value", getattr(m, "values", None))  # counter or vector

@@ -31,6 +31,7 @@ from osd.serving.engine import (  # noqa: E402
     build_engine,
     sampling_params,
     serve_all,
+    shutdown_engine,
     spec_counters,
     swap_draft,
 )
@@ -60,7 +61,7 @@ def target_only(prompts) -> list[list[int]]:
     """Greedy outputs of vLLM without speculation: what every speculative run must reproduce."""
     llm = build_engine(str(TINY_TEACHER_PATH), None, 0, "float32", 512)
     outputs = [s.token_ids for s in serve_all(llm, prompts, GREEDY, len(prompts))]
-    llm.llm_engine.engine_core.shutdown()
+    shutdown_engine(llm)
     return outputs
 
 
@@ -68,7 +69,9 @@ def target_only(prompts) -> list[list[int]]:
 def llm(target_only):
     """Built after `target_only`: a new engine unregisters the Prometheus counters of the engines before it
     (`llm.get_metrics()` reads one process-wide registry)."""
-    return build_engine(str(TINY_TEACHER_PATH), str(TINY_DRAFT_PATH), GAMMA, "float32", 512)
+    llm = build_engine(str(TINY_TEACHER_PATH), str(TINY_DRAFT_PATH), GAMMA, "float32", 512)
+    yield llm
+    shutdown_engine(llm)
 
 
 @pytest.fixture(scope="module")
