@@ -1,7 +1,8 @@
 """Command-line configuration of `python -m osd.serving`: one dataclass for HfArgumentParser.
 
-Flags that name a concept of `osd.train --mode online` keep its name and meaning (--max_propose_num,
---online_update_interval, --kl_method, ...); the defaults serve the embedded demo pair.
+Flags that name a concept of `osd.train --mode online` keep its name, meaning and default
+(--max_propose_num, --online_update_interval, --kl_method, ...); the model paths default to the
+embedded demo pair.
 """
 
 from __future__ import annotations
@@ -30,16 +31,17 @@ class ServingArguments:
         metadata={"help": "The draft: vLLM's draft_model speculator, distilled online."},
     )
     max_propose_num: int = field(
-        default=2, metadata={"help": "gamma: vLLM's num_speculative_tokens; 0 = the target alone."}
+        default=5,
+        metadata={"help": "gamma: vLLM's num_speculative_tokens (an int: no 'auto'); 0 = the target alone."},
     )
-    max_new_tokens: int = field(default=64, metadata={"help": "Generated tokens per query, at most."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Generated tokens per query, at most."})
     eval_temperature: float = field(default=0.0, metadata={"help": "Serving temperature; 0 = greedy."})
     concurrency: int = field(
         default=1,
         metadata={"help": "Queries in flight at once (vLLM batches them); the stream is submitted in order."},
     )
     online_update_interval: int = field(
-        default=8,
+        default=1,
         metadata={
             "help": "Distil and swap the draft every this many served queries; 0 = never (Standard SD)."
         },
@@ -61,7 +63,9 @@ class ServingArguments:
     distill_temperature: float = field(
         default=1.0, metadata={"help": "Temperature inside the distillation loss."}
     )
-    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate (constant)."})
+    learning_rate: float = field(
+        default=5e-5, metadata={"help": "AdamW learning rate (constant; Trainer's default)."}
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     max_grad_norm: float = field(default=0.0, metadata={"help": "Gradient clipping norm; 0 = none."})
     teacher_dtype: str = field(

@@ -46,7 +46,7 @@ for name, value in (
 
 GAMMA, MAX_NEW = 3, 40
 GREEDY = sampling_params(MAX_NEW, 0.0)
-SWAP_LIMIT_S = 2.0  # the target is 0.3 s on an idle machine; this one is shared
+SWAP_LIMIT_S = 5.0  # a bound for a loaded CI machine; the target, 0.3 s idle, is measured by bench_vllm
 
 
 @pytest.fixture(scope="module")
