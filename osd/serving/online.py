@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -40,6 +41,9 @@ from osd.serving.acceptance import query_stats, vllm_acceptance, wrong_positions
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
 from osd.serving.engine import RequestPool, Served, sampling_params, swap_draft
+
+if TYPE_CHECKING:
+    from vllm import LLM
 
 SWAP_FILE = "draft_swap.safetensors"
 
@@ -72,8 +76,8 @@ class OnlineServer:
     """The loop's state: the engine's request pool, the trainer, the buffer, the metrics."""
 
     def __init__(
-        self, llm, args: ServingArguments, distiller: DraftDistiller | None, log: Callable[[dict], None]
-    ):
+        self, llm: LLM, args: ServingArguments, distiller: DraftDistiller | None, log: Callable[[dict], None]
+    ) -> None:
         self.llm, self.args, self.distiller, self.log = llm, args, distiller, log
         self.state, self.buffer, self.swap_times = OnlineState(), [], []
         self.engine_counts = [0, 0]  # vLLM's accepted and proposed draft tokens since the last entry
