@@ -6,8 +6,9 @@ Two engines serve it (vLLM target-only, and vLLM with the draft as draft_model s
 each run the speculator gets the demo draft's weights back, so every OSD run starts from the
 Standard draft. Per run: tokens/s (generated tokens / wall time), per-query latency p50/p90
 (submission to finished output), acceptance over the stream (osd alpha and vLLM's rate:
-osd.serving.acceptance) and per domain, and for OSD the mean swap time (export + reload) and the
-trainer's share of wall time (buffer forwards, updates, swaps). Writes {out}/results.json, table.md.
+osd.serving.acceptance) and per domain, and for OSD the mean swap time (export + reload), the
+trainer's share of wall time (buffer forwards, updates, swaps) and, of it, the target's teacher-forced
+forwards. Writes {out}/results.json, table.md.
 
     OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
     .venv-vllm/bin/python -m benchmarks.bench_vllm --per_domain 8 --concurrency 1 4 16 --out outputs/bench_vllm
@@ -34,7 +35,7 @@ from osd.streams import abrupt_stream
 from osd.train import load_model, load_tokenizer
 
 COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
-           *DOMAINS, "updates", "swap_time_s", "update_share"]  # fmt: skip
+           *DOMAINS, "updates", "swap_time_s", "update_share", "teacher_forward_share"]  # fmt: skip
 
 
 def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None) -> dict:
@@ -52,6 +53,7 @@ def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None
         "alpha": last[ALPHA], "vllm_acceptance": last[VLLM_ACCEPTANCE_RATE],
         **{d: last.get(group_key("dataset", d), float("nan")) for d in DOMAINS},
         "updates": state.updates, "update_share": state.update_time_s / wall, "wall_s": wall,
+        "teacher_forward_share": server.teacher_time_s / wall,
         "swap_time_s": statistics.mean(server.swap_times) if server.swap_times else float("nan"),
     }  # fmt: skip
 

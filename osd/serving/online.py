@@ -80,6 +80,7 @@ class OnlineServer:
     ) -> None:
         self.llm, self.args, self.distiller, self.log = llm, args, distiller, log
         self.state, self.buffer, self.swap_times = OnlineState(), [], []
+        self.teacher_time_s = 0.0  # of update_time_s: the target's teacher-forced forwards
         self.engine_counts = [0, 0]  # vLLM's accepted and proposed draft tokens since the last entry
         self.swap_path = Path(args.output_dir) / SWAP_FILE
 
@@ -118,6 +119,7 @@ class OnlineServer:
             else list(range(n))
         )
         self.buffer.append(self.distiller.buffer(served.prompt_ids, served.token_ids, positions))
+        self.teacher_time_s += time.perf_counter() - start
         self.state.max_buffer_bytes = max(self.state.max_buffer_bytes, sum(q.nbytes for q in self.buffer))
         if len(self.buffer) >= self.args.online_update_interval:
             self._update_and_swap()
