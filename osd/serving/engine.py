@@ -10,7 +10,7 @@ restart happens.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,16 @@ class RequestPool:
         self.in_flight[request_id] = (index, prompt_ids, time.perf_counter())
         self.engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, self.params)
 
+    def stream(self, prompts: Sequence[list[int]]) -> Iterator[Served]:
+        """Serve the prompts in order, `concurrency` in flight; yields each request as it finishes
+        (the engine's process keeps decoding while the caller works on it)."""
+        submitted = 0
+        while submitted < len(prompts) or self.in_flight:
+            while submitted < len(prompts) and self.has_room:
+                self.submit(submitted, prompts[submitted])
+                submitted += 1
+            yield from self.poll()
+
     def poll(self) -> list[Served]:
         """The requests that finished in one engine step."""
         done = []
@@ -112,14 +122,8 @@ class RequestPool:
 def serve_all(
     llm: LLM, prompts: Sequence[list[int]], params: SamplingParams, concurrency: int
 ) -> list[Served]:
-    """Every prompt served through a `RequestPool`, in stream order; results in prompt order."""
-    pool, results, submitted = RequestPool(llm, params, concurrency), [], 0
-    while submitted < len(prompts) or pool.in_flight:
-        while submitted < len(prompts) and pool.has_room:
-            pool.submit(submitted, prompts[submitted])
-            submitted += 1
-        results.extend(pool.poll())
-    return sorted(results, key=lambda s: s.index)
+    """Every prompt served through a `RequestPool`; results in prompt order."""
+    return sorted(RequestPool(llm, params, concurrency).stream(prompts), key=lambda s: s.index)
 
 
 def sampling_params(max_new_tokens: int, temperature: float, seed: int | None = None) -> SamplingParams:

@@ -90,17 +90,13 @@ class OnlineServer:
         pool = RequestPool(
             self.llm, sampling_params(a.max_new_tokens, a.eval_temperature, a.seed), a.concurrency
         )
-        start, submitted = time.perf_counter(), 0
-        while submitted < len(queries) or pool.in_flight:
-            while submitted < len(queries) and pool.has_room:
-                pool.submit(submitted, queries[submitted].prompt_ids)
-                submitted += 1
-            for served in pool.poll():
-                self._finish(served, queries[served.index].groups)
-                done = len(self.state.queries)
-                if done % a.online_eval_interval == 0 or done == len(queries):
-                    self.state.serve_time_s = time.perf_counter() - start - self.state.update_time_s
-                    self.log(self._entry())
+        start = time.perf_counter()
+        for served in pool.stream([q.prompt_ids for q in queries]):
+            self._finish(served, queries[served.index].groups)
+            done = len(self.state.queries)
+            if done % a.online_eval_interval == 0 or done == len(queries):
+                self.state.serve_time_s = time.perf_counter() - start - self.state.update_time_s
+                self.log(self._entry())
         return self.state
 
     def _finish(self, served: Served, groups: dict[str, str]) -> None:

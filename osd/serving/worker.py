@@ -5,6 +5,9 @@ vLLM mixes `DraftReloadExtension` into its worker class when the engine is built
 `reload_draft` by name through `collective_rpc` (a registered method: no pickled code crosses).
 The reload is vLLM's own layer-wise in-place reload (`reload_weights`): a plain
 `model.load_weights` would fail on the CPU backend, whose linear weights are repacked after loading.
+A draft with tied embeddings logs "ParallelLMHead: Failed to load weights": its head is the
+embedding's parameter, reloaded with it (checked on the demo draft: the head stays the same tensor
+as the embedding and takes its new values).
 """
 
 from __future__ import annotations
