@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
-from collector import DatasetSpec, Split, collect, conversation, parse, present
+from collector import DatasetSpec, Split, collect, conversation, parse, present, run_main
 
 SPEC = DatasetSpec(
     name="arena",
@@ -62,4 +62,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

@@ -8,7 +8,7 @@ Writes data/raw_data/cnn_dailymail_train.json (--size, 10000) and cnn_dailymail_
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, cli, conversation
+from collector import DatasetSpec, Split, cli, conversation, run_main
 
 INSTRUCTION = "Summarize the following news article in a few highlights:\n"
 
@@ -31,4 +31,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

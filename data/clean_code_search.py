@@ -10,7 +10,7 @@ and code_search_net_test.json (--eval_size, 200).
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, cli, conversation, first_present
+from collector import DatasetSpec, Split, cli, conversation, first_present, run_main
 
 INSTRUCTION = "Please generate code based on the following doc:\n"
 DOC_FIELDS = ("func_documentation_string", "docstring")
@@ -41,4 +41,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

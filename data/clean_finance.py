@@ -10,7 +10,7 @@ gbharti_finance-alpaca_train.json.
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, cli, conversation
+from collector import DatasetSpec, Split, cli, conversation, run_main
 
 SPEC = DatasetSpec(
     name="gbharti_finance-alpaca",
@@ -34,4 +34,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

@@ -9,7 +9,7 @@ Writes data/raw_data/gsm8k_train.json (--size, default 10000) and gsm8k_test.jso
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, cli, conversation
+from collector import DatasetSpec, Split, cli, conversation, run_main
 
 SPEC = DatasetSpec(
     name="gsm8k",
@@ -30,4 +30,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

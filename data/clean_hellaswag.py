@@ -12,7 +12,7 @@ Writes data/raw_data/hellaswag_train.json (--size, 10000) and hellaswag_validati
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, cli, conversation, first_present
+from collector import DatasetSpec, Split, cli, conversation, first_present, run_main
 
 SPEC = DatasetSpec(
     name="hellaswag",
@@ -39,4 +39,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

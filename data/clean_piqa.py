@@ -9,7 +9,7 @@ Writes data/raw_data/piqa_train.json (--size, 10000) and piqa_test.json (--eval_
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, cli, conversation
+from collector import DatasetSpec, Split, cli, conversation, run_main
 
 SPEC = DatasetSpec(
     name="piqa",
@@ -32,4 +32,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

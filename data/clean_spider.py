@@ -10,7 +10,7 @@ Writes data/raw_data/spider_train.json (--size, default 10000) and spider_valida
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, cli, conversation
+from collector import DatasetSpec, Split, cli, conversation, run_main
 
 INSTRUCTION = (
     "Could you translate the following question into SQL. "
@@ -36,4 +36,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

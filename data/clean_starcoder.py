@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from collector import DatasetSpec, Split, collect, conversation, parse
+from collector import DatasetSpec, Split, collect, conversation, parse, run_main
 
 SPEC = DatasetSpec(
     name="{data_dir}_bigcode_starcoderdata",
@@ -90,4 +90,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

@@ -8,7 +8,7 @@ Writes data/raw_data/xsum_train.json (--size, 10000) and xsum_test.json (--eval_
 
 from __future__ import annotations
 
-from collector import DatasetSpec, Split, cli, conversation
+from collector import DatasetSpec, Split, cli, conversation, run_main
 
 INSTRUCTION = "Summarize the following document in one sentence:\n"
 
@@ -31,4 +31,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

@@ -36,6 +36,7 @@ if str(REPO_ROOT) not in sys.path:  # lets `python data/clean_x.py` run without 
 
 from osd.conversations import save_conversations, validate_record  # noqa: E402
 from osd.datafiles import DataFileError, read_text, refuse_overwrite  # noqa: E402
+from osd.user_errors import run_main  # noqa: E402, F401  (for the clean scripts' __main__)
 
 RAW_DATA_DIR = REPO_ROOT / "data" / "raw_data"
 RAW_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv")
@@ -300,14 +301,12 @@ def collect(spec: DatasetSpec, args: CollectArgs, transform: Transform) -> list[
     if raw_path is not None and raw_path.is_file() and len(splits) > 1:
         print(f"{raw_path} is one file: writing split {splits[0].output!r} only")
         splits = splits[:1]
-    if raw_path is not None and raw_path.exists():
-        raw_files = [raw_path] if raw_path.is_file() else list(raw_path.rglob("*"))
-        written = {
-            f"--output_dir file {spec.name}_{out}.json": Path(args.output_dir) / f"{spec.name}_{out}.json"
-            for s in splits
-            for out in outputs(spec, s)
-        }
-        refuse_overwrite(written, raw_files)
+    written = {
+        f"--output_dir file {spec.name}_{out}.json": Path(args.output_dir) / f"{spec.name}_{out}.json"
+        for s in splits
+        for out in outputs(spec, s)
+    }
+    refuse_overwrite(written, {"--raw_path": raw_path})
     reports = []
     for split in splits:
         if raw_path is not None:

@@ -6,8 +6,10 @@ prompt longer than the model's context minus --max_new_tokens keeps its first to
 (`osd.distill.data.truncate_prompt`, as in training); the number truncated is printed. Generation
 is batched with left padding. Answers are appended to `{output stem}.partial.jsonl` as each batch
 finishes, so an interrupted run loses at most the batch in flight; rerunning the same command
-skips the records already answered. The partial file's first line records the model, prompt
-template and generation settings; a rerun with other ones is refused. The final file (default
+skips the records already answered (matched by id and the sha256 of the query, so records without
+ids are matched by content; a line that matches no input record is refused: the file was written
+from another input). The partial file's first line records the model, prompt template and
+generation settings; a rerun with other ones is refused. The final file (default
 `{input stem}_with_answer.json` next to the input) replaces any assistant turn the input had, and
 the partial file is then removed.
 
@@ -21,6 +23,7 @@ the partial file is then removed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -43,9 +46,10 @@ from transformers import (
 from osd.conversations import read_conversations, save_conversations, user_query
 from osd.datafiles import read_text, refuse_overwrite
 from osd.distill.data import truncate_prompt
-from osd.model_checks import check_model_path
+from osd.model_checks import check_model_path, load_pretrained
 from osd.prompting import encode_prompt, prompt_text
 from osd.spec.decoder import context_limit
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -104,17 +108,24 @@ def run_settings(args: GenerateArgs, tok: PreTrainedTokenizerBase, config: Pretr
     }
 
 
-def load_done(partial: Path, records: list[dict], settings: dict) -> dict[int, str]:
-    """Answers already in the partial file, by record index.
+def record_key(record: dict) -> dict:
+    """What a partial-file line is matched by: the record's id (None without one) and the sha256 of
+    its query, so records without ids are matched by content."""
+    return {"id": record.get("id"), "query_sha256": hashlib.sha256(user_query(record).encode()).hexdigest()}
+
+
+def load_done(partial: Path, records: list[dict], settings: dict) -> dict[str, str]:
+    """Answers already in the partial file, by record key (`record_key`, as JSON).
 
     The first line holds the settings the file was written with; other settings are an error. A
     torn last line (the run died mid-write) is cut off the file; any other bad line, or a line
-    whose id does not match the input, is an error: the partial file belongs to another input.
+    whose id and query match no input record, is an error: the partial file belongs to another input.
     """
     if not partial.exists():
         return {}
     lines = read_text(partial).splitlines(keepends=True)
-    done: dict[int, str] = {}
+    keys = {json.dumps(record_key(r)) for r in records}
+    done: dict[str, str] = {}
     for n, line in enumerate(lines, start=1):
         try:
             entry = json.loads(line)
@@ -126,13 +137,13 @@ def load_done(partial: Path, records: list[dict], settings: dict) -> dict[int, s
         if n == 1:
             check_settings(partial, entry.get("settings") if isinstance(entry, dict) else None, settings)
             continue
-        i = entry.get("index")
-        if not isinstance(i, int) or not 0 <= i < len(records) or entry.get("id") != records[i].get("id"):
+        key = json.dumps({"id": entry.get("id"), "query_sha256": entry.get("query_sha256")})
+        if key not in keys:
             raise ValueError(
-                f"{partial}, line {n}: {entry.get('id')!r} at index {i} does not match the input records; "
-                "was it written for another --filename? Delete it to start over"
+                f"{partial}, line {n}: record {entry.get('id')!r} (query sha256 {entry.get('query_sha256')}) "
+                "does not match the input records; was it written for another --filename? Delete it to start over"
             )
-        done[i] = entry["answer"]
+        done[key] = entry["answer"]
     return done
 
 
@@ -154,8 +165,8 @@ def check_settings(partial: Path, recorded: dict | None, settings: dict) -> None
 def load_tokenizer(args: GenerateArgs) -> tuple[PreTrainedTokenizerBase, PretrainedConfig]:
     """The teacher's tokenizer (left padding) and config: cheap, read before the weights."""
     check_model_path(args.model)
-    return AutoTokenizer.from_pretrained(args.model, padding_side="left"), AutoConfig.from_pretrained(
-        args.model
+    return load_pretrained(AutoTokenizer, args.model, padding_side="left"), load_pretrained(
+        AutoConfig, args.model
     )
 
 
@@ -164,7 +175,7 @@ def load_teacher(
 ) -> torch.nn.Module:
     """The teacher's weights; gives `tok` a pad token when it has none."""
     model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    model = model_cls.from_pretrained(args.model, dtype=args.dtype, device_map=args.device_map)
+    model = load_pretrained(model_cls, args.model, dtype=args.dtype, device_map=args.device_map)
     if args.device_map is None:
         model.to("cuda" if torch.cuda.is_available() else "cpu")
     if tok.pad_token is None:
@@ -236,14 +247,19 @@ def main(argv: list[str] | None = None) -> Path:
     (args,) = HfArgumentParser(GenerateArgs).parse_args_into_dataclasses(args=argv)
     out = output_path(args)
     partial = partial_path(out)
-    refuse_overwrite({"--output": out, "its partial file": partial}, [args.filename])
+    refuse_overwrite(
+        {"--output": out, "its partial file": partial}, {"--filename": args.filename, "--model": args.model}
+    )
     out.parent.mkdir(parents=True, exist_ok=True)  # before any model loads
     records = read_conversations(args.filename, args.split, "--filename")
     tok, config = load_tokenizer(args)
     settings = run_settings(args, tok, config)
     done = load_done(partial, records, settings)
-    pending = [i for i in range(len(records)) if i not in done]
-    print(f"{args.filename}: {len(records)} records, {len(done)} already answered in {partial}")
+    keys = [json.dumps(record_key(r)) for r in records]
+    pending = [i for i, key in enumerate(keys) if key not in done]
+    print(
+        f"{args.filename}: {len(records)} records, {len(records) - len(pending)} already answered in {partial}"
+    )
     if pending:
         limit = settings["max_prompt_tokens"]
         prompts = {i: encode_query(tok, config, user_query(records[i])) for i in pending}
@@ -263,27 +279,24 @@ def main(argv: list[str] | None = None) -> Path:
             )
         with (
             partial.open("a", encoding="utf-8") as f,
-            tqdm(total=len(records), initial=len(done), unit="rec") as bar,
+            tqdm(total=len(records), initial=len(records) - len(pending), unit="rec") as bar,
         ):
             for start in range(0, len(pending), args.batch_size):
                 chunk = pending[start : start + args.batch_size]
                 answers = generate_batch(model, tok, [prompts[i] for i in chunk], args.max_new_tokens)
                 for i, answer in zip(chunk, answers, strict=True):
                     f.write(
-                        json.dumps(
-                            {"index": i, "id": records[i].get("id"), "answer": answer}, ensure_ascii=False
-                        )
-                        + "\n"
+                        json.dumps(record_key(records[i]) | {"answer": answer}, ensure_ascii=False) + "\n"
                     )
-                    done[i] = answer
+                    done[keys[i]] = answer
                 f.flush()
                 os.fsync(f.fileno())
                 bar.update(len(chunk))
-    save_conversations([with_answer(r, done[i]) for i, r in enumerate(records)], out)
+    save_conversations([with_answer(r, done[key]) for r, key in zip(records, keys, strict=True)], out)
     partial.unlink(missing_ok=True)
     print(f"{out}: {len(records)} records with the teacher's answer ({len(pending)} generated now)")
     return out
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

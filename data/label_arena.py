@@ -32,6 +32,7 @@ from transformers import HfArgumentParser, pipeline
 
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.datafiles import DataFileError, refuse_overwrite
+from osd.user_errors import run_main
 
 HUB_MODEL = "alimazhar-110/website_classification"
 REFERENCE_TOPICS = [
@@ -212,7 +213,7 @@ def write(records: list[dict], path: Path, source: str, selection: str, counts: 
             f"{source}: no record with {selection} ({counts.total()} records; by value "
             f"{dict(counts.most_common(8))}); nothing to write to {path}"
         )
-    refuse_overwrite({"--output_dir file": path}, [source])
+    refuse_overwrite({"--output_dir file": path}, {"--input": source})
     save_conversations(records, path)
     print(f"{path}: {len(records)} records")
 
@@ -252,4 +253,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

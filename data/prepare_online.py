@@ -27,6 +27,7 @@ from transformers import HfArgumentParser
 from osd.conversations import load_conversation_dataset, save_conversations
 from osd.datafiles import refuse_overwrite
 from osd.streams import Records, abrupt_stream, drift_stream, mix_stream
+from osd.user_errors import run_main
 
 REFERENCE_INPUTS = {
     "gsm8k": "gsm8k_train.json",
@@ -91,7 +92,7 @@ def parse_inputs(items: list[str]) -> dict[str, Path]:
 def load_sources(paths: dict[str, Path], outputs: dict[str, Path]) -> dict[str, Records]:
     """The records of each source (any --data_path form: a conversation file, a folder or a hub
     dataset name, whose train split is used), after checking that no output would replace a source."""
-    refuse_overwrite(outputs, paths.values())
+    refuse_overwrite(outputs, {f"--inputs {name}": path for name, path in paths.items()})
     return {
         name: load_conversation_dataset(path, "train", f"--inputs {name}")[0] for name, path in paths.items()
     }
@@ -134,4 +135,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

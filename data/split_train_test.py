@@ -21,6 +21,7 @@ from transformers import HfArgumentParser
 
 from osd.conversations import read_conversations, save_conversations
 from osd.datafiles import refuse_overwrite
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         f"--{kind}_output": Path(out) if out else path.with_name(f"{path.stem}_split_{kind}.json")
         for kind, out in (("train", args.train_output), ("eval", args.eval_output))
     }
-    refuse_overwrite(outputs, [path])
+    refuse_overwrite(outputs, {"--input": path})
     records = read_conversations(args.input, args.split, "--input")
     if args.mode == "random":
         train, evals = random_split(records, args.eval_size, args.seed)
@@ -112,4 +113,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +39,7 @@ from osd.distill.config import (
 )
 from osd.distill.losses import DIVERGENCES
 from osd.distill.reference_flags import parse_cli
+from osd.user_errors import run_main
 
 logger = logging.getLogger(__name__)
 
@@ -162,20 +162,18 @@ def go_offline_if_unreachable(model_paths: Iterable[str | None]) -> bool:
 
 def _exit_status_zero(module: str) -> Callable[[], int]:
     """A console-script target running `module.main()` with exit status 0: the mains return their
-    metrics, which `sys.exit` would print and turn into status 1. A refusal (ValueError or
-    FileNotFoundError: a used --output_dir, a bad data file, a missing model...) is printed as one
-    error line, exit status 1, without a traceback."""
+    metrics, which `sys.exit` would print and turn into status 1. A user error (a used --output_dir,
+    a bad data file, a missing model...) is one error line, exit status 1 (`osd.user_errors`)."""
 
     def run() -> int:
-        try:
-            importlib.import_module(module).main()
-        except (ValueError, FileNotFoundError) as e:
-            print(f"{module}: error: {e}", file=sys.stderr)
-            return 1
-        return 0
+        return run_main(importlib.import_module(module).main, module)
 
     return run
 
 
 train = _exit_status_zero("osd.train")  # osd-train
 online_demo = _exit_status_zero("osd.demo.online_demo")  # osd-online-demo
+route = _exit_status_zero("osd.distill.routing")  # osd-route
+plot = _exit_status_zero("osd.plots")  # osd-plot
+dashboard = _exit_status_zero("osd.dashboard")  # osd-dashboard
+demo_target = _exit_status_zero("osd.demo.target")  # osd-demo-target

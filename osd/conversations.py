@@ -25,7 +25,7 @@ from typing import Any
 
 import datasets
 
-from osd.datafiles import read_text
+from osd.datafiles import json_lines, read_text, write_text
 
 GROUP_FIELDS = ("dataset", "topic", "language")
 
@@ -63,6 +63,12 @@ def validate_record(record: Any, index: int, source: str | Path) -> dict:
         raise ConversationFormatError(
             f"{where}: the first user turn (the query) is empty; give it a query or remove the record"
         )
+    for key in GROUP_FIELDS:  # alpha is grouped by their values: a number would silently drop out
+        if record.get(key) is not None and not isinstance(record[key], str):
+            raise ConversationFormatError(
+                f"{where}: {key!r} is {record[key]!r} ({type(record[key]).__name__}); a grouping field is a "
+                f'string, e.g. "{record[key]}"'
+            )
     return record
 
 
@@ -78,7 +84,7 @@ def load_conversations(path: str | Path) -> list[dict]:
     if not text.strip():
         raise ConversationFormatError(f"{path}: empty file; expected a JSON list of conversation records")
     if path.suffix == ".jsonl":
-        records = [_json_line(line, n, path) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        records = json_lines(text, path, "expected one record per line", ConversationFormatError)
     else:
         try:
             records = json.loads(text)
@@ -192,20 +198,9 @@ def read_conversations(
     return [{k: v for k, v in row.items() if v is not None} for row in data]
 
 
-def _json_line(line: str, number: int, path: Path) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ConversationFormatError(
-            f"{path}, line {number}: not valid JSON ({e.msg}); expected one record per line"
-        ) from e
-
-
 def save_conversations(records: list[dict], path: str | Path) -> None:
     """Write records as an indented JSON list (creating parent folders)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(records, ensure_ascii=False, indent=1) + "\n")
 
 
 def user_query(record: dict) -> str:

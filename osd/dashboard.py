@@ -36,6 +36,7 @@ from osd.metric_keys import (
     group_key,
     wandb_key,
 )
+from osd.user_errors import run_main
 
 if TYPE_CHECKING:  # wandb-workspaces comes with the [wandb] extra: imported when a workspace is built
     from wandb_workspaces.workspaces import Workspace
@@ -154,4 +155,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.dashboard"))

@@ -1,10 +1,13 @@
-"""What every data tool does with its files: read UTF-8 text naming the file and line of a bad
-byte, and never write an output over an input (or two outputs over each other)."""
+"""What every tool does with its files: read UTF-8 text naming the file and line of a bad byte, and
+never write an output over or into an input (a data file, a data or model folder), nor two outputs
+over each other: one rule, `refuse_overwrite`, checked before any model loads."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 class DataFileError(ValueError):
@@ -24,17 +27,58 @@ def read_text(path: str | Path) -> str:
         ) from None
 
 
-def refuse_overwrite(outputs: Mapping[str, str | Path], inputs: Iterable[str | Path]) -> None:
-    """Raise when an output (named by its flag) is an input file or another output (paths resolved)."""
-    sources = {Path(p).resolve(): Path(p) for p in inputs}
+def json_lines(text: str, path: str | Path, hint: str, error: type[ValueError] = DataFileError) -> list[Any]:
+    """The values of JSON-lines `text` read from `path` (blank lines skipped); a line that is not JSON
+    raises `error` naming the file and line, then `hint`."""
+    values = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise error(f"{path}, line {number}: not valid JSON ({e.msg}); {hint}") from None
+    return values
+
+
+def refuse_overwrite(outputs: Mapping[str, str | Path], inputs: Mapping[str, str | Path | None]) -> None:
+    """Raise, before anything is written, when an output (named by its flag) would replace an input:
+    it is an input file or folder, lies inside an input folder (a model, a data set), or holds an
+    input folder; or when two outputs are the same file. Outputs and inputs are named by their flags;
+    paths are resolved (symlinks, `..`); inputs that are not on this disk (hub names) or None are skipped.
+    An input file inside an output folder is allowed (a run folder may hold its stream)."""
+    sources = {
+        Path(p).resolve(): (flag, Path(p)) for flag, p in inputs.items() if p is not None and Path(p).exists()
+    }
     seen: dict[Path, str] = {}
     for flag, out in outputs.items():
         target = Path(out).resolve()
-        if target in sources:
+        for source, (in_flag, given) in sources.items():
+            kind = "folder" if source.is_dir() else "file"
+            if target == source:
+                where = f"is the input {kind} {given} ({in_flag})"
+            elif target.is_relative_to(source):
+                where = f"is inside the input folder {given} ({in_flag})"
+            elif kind == "folder" and source.is_relative_to(target):
+                where = f"holds the input folder {given} ({in_flag})"
+            else:
+                continue
             raise DataFileError(
-                f"{flag} {out} is the input file {sources[target]}: writing it would destroy the input; "
-                "choose another output path"
+                f"{flag} {out} {where}: writing there would destroy the input; choose another output path"
             )
         if target in seen:
             raise DataFileError(f"{flag} {out} and {seen[target]} are the same file; choose distinct outputs")
         seen[target] = f"{flag} {out}"
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write UTF-8 text (creating parent folders); a failure (a full disk, a read-only folder, a
+    parent that is a file) raises an OSError that names the file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e

@@ -1,13 +1,15 @@
-"""Checks made where a draft and its target are loaded: each path names a model, both share one
-tokenizer (the same vocabulary and special ids, not just the same size), and the training length
-and prompts fit both contexts."""
+"""Checks made where a draft and its target are loaded: each path names a model that loads (a load
+failure names the path), both share one tokenizer (the same vocabulary and special ids, not just the
+same size), and the training length and prompts fit both contexts."""
 
 from __future__ import annotations
 
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
+from safetensors import SafetensorError
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from osd.distill.config import DataArguments
@@ -35,6 +37,21 @@ def check_model_path(path: str | Path) -> None:
         f"model path {path}: no such folder here (and not a hub id of the form org/name); "
         "give the folder of a saved model (with its config.json) or a hub id"
     )
+
+
+class ModelLoadError(ValueError):
+    """A model, config or tokenizer that cannot be loaded from the path given."""
+
+
+def load_pretrained(auto: Any, path: str | Path, hint: str = "", **kwargs: Any) -> Any:
+    """`auto.from_pretrained(path, **kwargs)`; a failure (a missing or truncated file, a hub id that is
+    not cached when offline) raises ModelLoadError naming the path, the library's reason and `hint`."""
+    try:
+        return auto.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, SafetensorError) as e:
+        what = next((w for w in ("tokenizer", "config") if w in auto.__name__.lower()), "model")
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise ModelLoadError(f"{path}: cannot load its {what} ({reason}){'; ' + hint if hint else ''}") from e
 
 
 def tokenizer_difference(draft: PreTrainedTokenizerBase, target: PreTrainedTokenizerBase) -> str | None:

@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from osd.conversations import load_conversations  # noqa: E402
 from osd.distill.callbacks import METRICS_FILE, read_jsonl  # noqa: E402
 from osd.metric_keys import ALPHA, GROUP_KEY, QUERIES_SERVED, upgrade_entry  # noqa: E402
+from osd.user_errors import run_main  # noqa: E402
 
 Series = tuple[list[float], list[float]]  # x = queries served, y = alpha
 
@@ -201,4 +202,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.plots"))

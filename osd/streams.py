@@ -58,8 +58,8 @@ def abrupt_stream(sources: dict[str, Records], lengths: list[int]) -> list[dict]
     _check_sources(sources)
     if len(lengths) != len(sources):
         raise ValueError(f"lengths has {len(lengths)} values for {len(sources)} sources {list(sources)}")
-    if any(n < 0 for n in lengths):
-        raise ValueError(f"lengths {lengths}: expected non-negative segment lengths")
+    if any(n < 0 for n in lengths) or not sum(lengths):
+        raise ValueError(f"lengths {lengths}: expected non-negative segment lengths, not all 0")
     stream: list[dict] = []
     for (name, records), length in zip(sources.items(), lengths, strict=True):
         for _ in range(length):
@@ -78,6 +78,8 @@ def drift_stream(
     hands out its records in order, round-robin.
     """
     _check_sources(sources)
+    if n < 1:
+        raise ValueError(f"n {n}: expected a stream of at least 1 record")
     _check_weights(start_weights, sources, "start_weights")
     _check_weights(end_weights, sources, "end_weights")
     rng = random.Random(seed)

@@ -11,7 +11,8 @@ Usage (embedded demo pair, CPU, no downloads): bash bash_scripts/demo/offline.sh
 Every `transformers.TrainingArguments` flag works too, and so do the reference's command lines
 (osd.distill.reference_flags maps its renamed and T5-only flags). An --output_dir that holds a run
 is refused unless --resume_from_checkpoint (a checkpoint, or `last` for the newest complete one) or
---overwrite_output_dir (start over) is given: see osd.distill.run_dir.
+--overwrite_output_dir (start over) is given; one that a running run holds, or that is or lies in a
+model or data folder, is refused before any model loads: see osd.distill.run_dir.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from osd.cli import parse_train_args
 from osd.conversations import ConversationSource
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.callbacks import setup_wandb
-from osd.distill.config import DataArguments, ModelArguments
+from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.data import ConversationDataset, DistillCollator
-from osd.distill.run_dir import final_eval, plan_run, run_identity
+from osd.distill.run_dir import RunPlan, final_eval, open_run, run_identity
 from osd.distill.trainer import DistillTrainer
-from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths
+from osd.model_checks import check_model_path, check_same_tokenizer, fit_lengths, load_pretrained
+from osd.user_errors import disk_full_as_oserror
 
 logger = logging.getLogger(__name__)
 
@@ -55,16 +57,16 @@ def load_model(
     """A causal LM or, when the config says so, an encoder-decoder (T5) model; hub name or local path."""
     ensure_if_demo_target(path)  # the demo target is converted from its package on first use
     check_model_path(path)
-    config = AutoConfig.from_pretrained(path, cache_dir=cache_dir)
+    config = load_pretrained(AutoConfig, path, cache_dir=cache_dir)
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    return auto.from_pretrained(path, cache_dir=cache_dir, dtype=resolve_dtype(dtype), device_map=device_map)
+    return load_pretrained(auto, path, cache_dir=cache_dir, dtype=resolve_dtype(dtype), device_map=device_map)
 
 
 def load_tokenizer(path: str, cache_dir: str | None) -> PreTrainedTokenizerBase:
     """The teacher's tokenizer, with a pad token (unk, else eos, as the reference) when it has none."""
     ensure_if_demo_target(path)  # the demo target is converted from its package on first use
     check_model_path(path)
-    tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir)
+    tokenizer = load_pretrained(AutoTokenizer, path, cache_dir=cache_dir)
     if tokenizer.pad_token is None:
         fallback = tokenizer.unk_token or tokenizer.eos_token
         if fallback is None:
@@ -125,13 +127,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, training_args = parse_train_args(sys.argv[1:] if argv is None else argv)
     setup_wandb(training_args.report_to)
     identity = run_identity(model_args, data_args, training_args)
-    plan = plan_run(
-        training_args.output_dir,
-        training_args.resume_from_checkpoint,
-        training_args.overwrite_output_dir,
-        identity,
-    )  # refuses before the models are loaded
+    with open_run(model_args, data_args, training_args, identity) as plan:  # refuses before models load
+        return run(model_args, data_args, training_args, identity, plan)
 
+
+def run(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: DistillTrainingArguments,
+    identity: dict,
+    plan: RunPlan,
+) -> dict[str, float]:
+    """Load the models and data, train (or resume) into the planned folder; the final eval metrics."""
     tokenizer, student, teacher = load_models(model_args)
     is_enc_dec = bool(student.config.is_encoder_decoder)
     dataset = dataset_loader(data_args, tokenizer, student, teacher, training_args.max_new_tokens)
@@ -174,12 +181,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     plan.begin(training_args.should_save)
     if plan.checkpoint is not None:
         logger.info("resuming from %s", plan.checkpoint.path)
-    trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
-    trainer.save_model()
-    metrics = {}
-    if eval_dataset is not None and training_args.mode == "offline":  # unless measured at the last step
-        metrics = final_eval(trainer.state.log_history, trainer.state.global_step) or trainer.evaluate()
-    trainer.save_state()  # last: its trainer_state.json marks the run finished
+    with disk_full_as_oserror(training_args.output_dir):  # a checkpoint that did not fit: resume after
+        trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
+        trainer.save_model()
+        metrics = {}
+        if eval_dataset is not None and training_args.mode == "offline":  # unless measured at the last step
+            metrics = final_eval(trainer.state.log_history, trainer.state.global_step) or trainer.evaluate()
+        trainer.save_state()  # last: its trainer_state.json marks the run finished
     return metrics
 
 

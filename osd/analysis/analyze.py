@@ -24,7 +24,11 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from osd.datafiles import json_lines, read_text, refuse_overwrite, write_text
+from osd.user_errors import run_main
+
 BRACKETS = re.compile(r"\[(.*?)\]")
+ITERATION_FIELDS = {"prompt", "matched_so_far"}  # what every row of simulate's JSONL has
 
 
 def read_dsd(path: str | Path) -> list[dict]:
@@ -56,10 +60,26 @@ def read_iterations(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("{"):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return read_dsd(path)
+    text = read_text(path)
+    if not text.strip():
+        raise ValueError(f"{path}: empty file; expected simulate's .jsonl or DSD's output text")
+    if not text.lstrip().startswith("{"):
+        return read_dsd(path)
+    rows = json_lines(text, path, "the file is torn")
+    for number, row in enumerate(rows, 1):
+        check_row(row, number, path)
+    return rows
+
+
+def check_row(row: object, number: int, path: Path) -> None:
+    """Raise unless `row` (the number-th of a JSONL file) is one of simulate's iteration rows."""
+    if isinstance(row, dict) and "format" in row:
+        raise ValueError(
+            f"{path}: a recording ({row['format']}), not per-iteration rows; replay a draft on it with "
+            "`python -m osd.analysis.simulate --recording ... --output STEM`, then analyze STEM.jsonl"
+        )
+    if not isinstance(row, dict) or not ITERATION_FIELDS <= row.keys():
+        raise ValueError(f"{path}, row {number}: not an iteration row with fields {sorted(ITERATION_FIELDS)}")
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -135,11 +155,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("path", help="simulate's .jsonl or DSD's output text")
     parser.add_argument("--json", default=None, help="also write the summary as JSON here")
     args = parser.parse_args(argv)
+    if args.json:
+        refuse_overwrite({"--json": args.json}, {"path": args.path})
     summary = summarize(read_iterations(args.path))
     print(format_report(summary))
     if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        write_text(args.json, json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.analysis.analyze"))

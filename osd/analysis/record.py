@@ -20,12 +20,15 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from osd.analysis.recording import FORMAT, PromptRecord, Recording, tokenizer_identity
+from osd.analysis.recording import FORMAT, PromptRecord, Recording, paths, tokenizer_identity
 from osd.conversations import load_conversations, user_query
+from osd.datafiles import refuse_overwrite
 from osd.demo import repo_relative
+from osd.model_checks import load_pretrained
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 from osd.spec.decoder import accepts_logits_to_keep, context_limit
 from osd.spec.evaluate import target_only_greedy
+from osd.user_errors import run_main
 
 
 @torch.inference_mode()
@@ -95,8 +98,8 @@ def record_conversations(
     **kwargs,
 ) -> Recording:
     """Load the target and its tokenizer and record the first `limit` records of a conversation file."""
-    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(target_path)
-    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype).eval()
+    tokenizer: PreTrainedTokenizerBase = load_pretrained(AutoTokenizer, target_path)
+    target = load_pretrained(AutoModelForCausalLM, target_path, dtype=dtype).eval()
     records = load_conversations(conversations)[:limit]
     prompts = [(str(r.get("id", i)), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
     header = recording_header(target_path, tokenizer, os.path.abspath(conversations))
@@ -136,6 +139,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--dtype", default="auto", help="auto (the folder's), float32, bfloat16, ...")
     args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"argument --limit: {args.limit}; expected at least 1 record (leave it out for all)")
+    refuse_overwrite(
+        dict(zip(("--output", "--output (tensors)"), paths(args.output), strict=True)),
+        {"--conversations": args.conversations, "--target": args.target},
+    )
     recording = record_conversations(
         args.target, args.conversations, args.limit, args.dtype,
         max_new_tokens=args.max_new_tokens, top_k=args.top_k, temperature=args.temperature,
@@ -148,4 +157,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.analysis.record"))

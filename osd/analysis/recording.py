@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
+from osd.datafiles import json_lines, read_text, write_text
 from osd.model_checks import SPECIAL_IDS
 
 FORMAT = "osd-recording/1"
@@ -71,12 +72,11 @@ class Recording:
     def save(self, stem: str | Path) -> tuple[Path, ...]:
         """Write `{stem}.jsonl` (and `{stem}.safetensors` with top-k); returns the paths written."""
         jsonl, tensors = paths(stem)
-        jsonl.parent.mkdir(parents=True, exist_ok=True)
         lines = [self.header] + [
             {"id": p.id, "prompt_ids": p.prompt_ids, "output_ids": p.output_ids, "ended": p.ended}
             for p in self.prompts
         ]
-        jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        write_text(jsonl, "".join(json.dumps(line) + "\n" for line in lines))
         if not self.header.get("top_k"):
             return (jsonl,)
         arrays = {}
@@ -100,12 +100,16 @@ def load_recording(stem: str | Path) -> Recording:
     jsonl, tensors = paths(stem)
     if not jsonl.is_file():
         raise FileNotFoundError(f"{jsonl}: no such recording; write one with `python -m osd.analysis.record`")
-    lines = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not lines or lines[0].get("format") != FORMAT:
+    lines = json_lines(read_text(jsonl), jsonl, "the recording is torn: record it again", RecordingError)
+    if not lines or not isinstance(lines[0], dict) or lines[0].get("format") != FORMAT:
         raise RecordingError(
             f"{jsonl}: the first line is not a {FORMAT} header; re-record it with osd.analysis.record"
         )
     header, rows = lines[0], lines[1:]
+    if not rows:
+        raise RecordingError(
+            f"{jsonl}: a header and no prompt records; re-record it with prompts (--limit >= 1)"
+        )
     arrays = {}
     if header.get("top_k"):
         if not tensors.is_file():
@@ -122,3 +126,14 @@ def load_recording(stem: str | Path) -> Recording:
         except TypeError as e:
             raise RecordingError(f"{jsonl}, line {i + 2}: not a prompt record ({e})") from e
     return Recording(header, prompts)
+
+
+def check_token_ids(recording: Recording, rows: int, model: str) -> None:
+    """Raise unless every recorded token id (prompts and outputs) is below `rows`, the number of
+    token ids `model` embeds."""
+    top, pid = max((max(p.prompt_ids + p.output_ids), p.id) for p in recording.prompts)
+    if top >= rows:
+        raise RecordingError(
+            f"{model} embeds {rows} token ids, but prompt {pid} of the recording holds token id {top}: "
+            "use a draft with the target's whole vocabulary"
+        )

@@ -43,13 +43,19 @@ from osd.analysis.recording import (
     PromptRecord,
     Recording,
     RecordingError,
+    check_token_ids,
     identity_difference,
     load_recording,
+    paths,
     tokenizer_identity,
 )
+from osd.datafiles import refuse_overwrite
 from osd.demo import repo_relative
+from osd.model_checks import load_pretrained
 from osd.spec.decoder import MAX_VOCAB_PADDING, _CachedModel, context_limit
+from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.sampling import greedy
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -179,11 +185,16 @@ def simulate(
     return results
 
 
+def output_files(stem: str | Path) -> tuple[Path, Path, Path]:
+    """(`{stem}.jsonl`, `{stem}.txt`, `{stem}.summary.json`)."""
+    stem = Path(stem)
+    return tuple(stem.with_name(stem.name + s) for s in (".jsonl", ".txt", ".summary.json"))
+
+
 def write_outputs(results: Sequence[PromptSimulation], stem: str | Path, meta: dict) -> list[Path]:
     """`{stem}.jsonl` per iteration, `{stem}.txt` in DSD's format, `{stem}.summary.json`."""
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    jsonl, txt, summary = (stem.with_name(stem.name + s) for s in (".jsonl", ".txt", ".summary.json"))
+    jsonl, txt, summary = output_files(stem)
+    jsonl.parent.mkdir(parents=True, exist_ok=True)
     rows = [
         {"prompt": p, "id": r.id, "iteration": t, **asdict(it)}
         for p, r in enumerate(results)
@@ -222,9 +233,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args(argv)
+    refuse_overwrite(
+        dict(
+            zip(("--output", "--output (text)", "--output (summary)"), output_files(args.output), strict=True)
+        ),
+        dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
+        | {"--draft": args.draft, "--tokenizer": args.tokenizer},
+    )
     recording = load_recording(args.recording)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.draft)
-    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=args.dtype).eval()
+    tokenizer = load_pretrained(
+        AutoTokenizer, args.tokenizer or args.draft, "name the target's tokenizer with --tokenizer"
+    )
+    draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=args.dtype).eval())
+    check_token_ids(recording, draft.get_input_embeddings().num_embeddings, f"draft {args.draft}")
     results = simulate(
         recording, draft, tokenizer_identity(tokenizer), args.gamma, args.max_new_tokens, args.recording
     )
@@ -238,4 +259,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.analysis.simulate"))

@@ -1,20 +1,25 @@
-"""Build the demo draft: a small Llama with the target's tokenizer, pre-trained on plain workload text.
+"""Build the demo draft: a small Llama distilled from the target on general queries, with a sub-vocabulary head.
 
-The draft is *generic*: it learns the local workload (`data/local/*_train.json`) as plain
-documents, each record's query and reference answer joined by a newline, plus the English prose
-of the Python reference manual that ships with the interpreter (`pydoc_data.topics`), packed
-into fixed-length chunks, without the chat template and never on target outputs. It has seen the
-domains' words but not how the target answers, so Standard speculative decoding leaves room
-for online distillation to close.
+A *general* draft, as the paper's LLaMA-160M is: it knows how the target talks, not the domains it
+will serve. Its training data is the general corpus (`data/general/corpus.json`): user queries the
+target wrote itself from its chat template's user prefix (`data/magpie_queries.py`) with the target's
+greedy answers (`data/generate_answer.py`); never the workload. `build` checks that no corpus query
+shares an 8-word run with any workload record and records the result.
 
-Shape: two layers (two can copy from the prompt, which the target's answers do a lot; one
-cannot), hidden 256, tied embeddings (14.7M parameters, 11% of the 134.5M target); the
-49152-row LM head is most of its cost. Trained with float32 weights and bf16 matmuls, stored and served in bfloat16.
+Distillation: the target's top-K next-token log-probabilities at every answer position, computed
+once, teacher-forced (`osd.demo.teacher_topk`), then a soft cross-entropy against them: forward KL
+to the target's (truncated) distribution, restricted to the head's tokens. Optionally the English
+prose of the Python reference manual that ships with the interpreter (`--python_docs`) is added as
+plain documents, distilled the same way at every position.
 
-Seeded and resumable: a checkpoint (`{out_dir}.build/state.pt`) is written atomically every
---checkpoint_every steps; rerunning the same command after a kill continues from it, with the
-same batches the uninterrupted run would have used. The finished draft is written to a
-temporary folder and renamed over `{out_dir}`.
+The head covers the --draft_vocab_size most frequent tokens of the target's answers in the corpus
+(`data/general/token_counts.json`, `data/token_counts.py`) plus the special tokens
+(`osd.spec.draft_vocab`): the draft's cost is mostly its LM head.
+
+Seeded and resumable: the teacher's top-K (`{out_dir}.build/teacher_topk.pt`) and the training state
+(`{out_dir}.build/state.pt`) are saved atomically as they go; rerunning the same command after a
+kill continues with the batches the uninterrupted run would have used. The finished draft is
+written to a temporary folder and renamed over `{out_dir}`.
 
 Usage:
     python -m osd.demo.build_draft                       # osd/demo/models/draft/
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +38,7 @@ from pathlib import Path
 import torch
 from transformers import (
     AutoConfig,
+    AutoModelForCausalLM,
     AutoTokenizer,
     HfArgumentParser,
     LlamaConfig,
@@ -41,9 +47,13 @@ from transformers import (
 )
 
 from osd.conversations import assistant_answer, load_conversations, user_query
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
-from osd.demo.lm_training import Example, eval_loss, num_params, train_lm
+from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
+from osd.demo.lm_training import Example, chat_example, num_params, train_lm
 from osd.demo.target import ensure_if_demo_target
+from osd.demo.teacher_topk import teacher_topk, topk_distillation
+from osd.spec.draft_vocab import load_token_counts, select_token_ids, set_draft_vocab
+
+GENERAL_DIR = REPO_ROOT / "data" / "general"
 
 
 @dataclass
@@ -51,66 +61,58 @@ class DraftBuildConfig:
     out_dir: str = field(default=str(DRAFT_PATH), metadata={"help": "Folder for the finished draft."})
     target: str = field(
         default=str(TARGET_PATH),
-        metadata={"help": "Target whose tokenizer the draft uses (hub name or path)."},
+        metadata={"help": "Target to distil from (hub name or path); its tokenizer too."},
+    )
+    corpus: str = field(
+        default=str(GENERAL_DIR / "corpus.json"),
+        metadata={"help": "General queries with the target's answers (conversation JSON)."},
+    )
+    token_counts: str = field(
+        default=str(GENERAL_DIR / "token_counts.json"),
+        metadata={"help": "Token frequencies of the target's answers (data/token_counts.py) for the head."},
     )
     workload_dir: str = field(
-        default=str(WORKLOAD_DIR), metadata={"help": "Folder with {domain}_{train,eval}.json."}
+        default=str(WORKLOAD_DIR),
+        metadata={"help": "The workload the draft must NOT have seen: checked for overlap with the corpus."},
     )
-    seed: int = field(default=0, metadata={"help": "Seed for initialisation, packing and batch order."})
-    layers: int = field(
-        default=2,
-        metadata={"help": "Draft depth: two layers can copy from the prompt (induction), one cannot."},
-    )
+    seed: int = field(default=0, metadata={"help": "Seed for initialisation and batch order."})
+    layers: int = field(default=2, metadata={"help": "Draft depth (two layers can copy from the prompt)."})
     hidden: int = field(default=256, metadata={"help": "Hidden size."})
     ffn: int = field(default=1024, metadata={"help": "MLP size."})
     heads: int = field(default=4, metadata={"help": "Attention heads."})
     max_positions: int = field(default=2048, metadata={"help": "Longest sequence the draft serves."})
-    chunk_length: int = field(default=256, metadata={"help": "Tokens per packed training sequence."})
-    steps: int = field(default=400, metadata={"help": "Optimizer steps."})
-    batch_size: int = field(default=16, metadata={"help": "Sequences per step."})
-    lr: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
-    warmup_steps: int = field(default=30, metadata={"help": "Linear warmup, then cosine decay to 10%."})
+    draft_vocab_size: int = field(
+        default=8192, metadata={"help": "Tokens of the sub-vocabulary head (0: the full vocabulary)."}
+    )
+    top_k: int = field(default=32, metadata={"help": "Target log-probabilities kept per position."})
+    max_length: int = field(default=320, metadata={"help": "Tokens per training example (prompt + answer)."})
     python_docs: bool = field(
-        default=True,
-        metadata={"help": "Also train on the English prose of the Python reference manual that ships with the "
-                  "interpreter (pydoc_data.topics): generic text beside the templated workload."},
-    )  # fmt: skip
-    checkpoint_every: int = field(default=25, metadata={"help": "Steps between resumable checkpoints."})
+        default=False,
+        metadata={
+            "help": "Also distil on the Python reference manual's prose (pydoc_data.topics) as plain text."
+        },
+    )
+    steps: int = field(default=2000, metadata={"help": "Optimizer steps."})
+    batch_size: int = field(default=16, metadata={"help": "Examples per step."})
+    lr: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
+    warmup_steps: int = field(default=60, metadata={"help": "Linear warmup, then cosine decay to 10%."})
+    teacher_batch_size: int = field(default=8, metadata={"help": "Examples per teacher forward."})
+    checkpoint_every: int = field(default=100, metadata={"help": "Steps between resumable checkpoints."})
     bf16_autocast: bool = field(
         default=True, metadata={"help": "bf16 matmuls, float32 weights and optimizer."}
     )
     num_threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)."})
 
 
-def document_ids(tok: PreTrainedTokenizerBase, record: dict) -> list[int]:
-    """One record as a plain document: query, newline, reference answer, then the end-of-text token."""
-    text = user_query(record) + "\n" + (assistant_answer(record) or "")
-    return tok(text, add_special_tokens=False).input_ids + [_end_of_text(tok)]
-
-
-def python_docs_ids(tok: PreTrainedTokenizerBase) -> list[list[int]]:
-    """The Python reference manual's topics (shipped with the interpreter) as plain documents."""
+def python_docs_examples(tok: PreTrainedTokenizerBase, length: int) -> list[Example]:
+    """The Python reference manual's topics (shipped with the interpreter) as plain text chunks."""
     from pydoc_data.topics import topics
 
-    return [
-        tok(text, add_special_tokens=False).input_ids + [_end_of_text(tok)]
-        for _, text in sorted(topics.items())
-    ]
-
-
-def _end_of_text(tok: PreTrainedTokenizerBase) -> int:
-    # SmolLM2's <|endoftext|> separates pre-training documents; its EOS (<|im_end|>) ends chat turns
-    eot = tok.convert_tokens_to_ids("<|endoftext|>")
-    return eot if isinstance(eot, int) and eot != tok.unk_token_id else tok.eos_token_id
-
-
-def pack(documents: list[list[int]], length: int, seed: int) -> list[Example]:
-    """Shuffle documents (seeded), concatenate, cut into chunks of `length` tokens (loss on every token)."""
-    order = random.Random(f"{seed}-pack").sample(range(len(documents)), len(documents))
-    stream = [t for i in order for t in documents[i]]
-    return [
-        (stream[i : i + length], stream[i : i + length]) for i in range(0, len(stream) - length + 1, length)
-    ]
+    out = []
+    for _, text in sorted(topics.items()):
+        ids = tok(text, add_special_tokens=False).input_ids
+        out += [(ids[i : i + length], ids[i : i + length]) for i in range(0, len(ids) - 16, length)]
+    return out
 
 
 def make_draft(cfg: DraftBuildConfig, tok: PreTrainedTokenizerBase, vocab_size: int) -> LlamaForCausalLM:
@@ -123,6 +125,26 @@ def make_draft(cfg: DraftBuildConfig, tok: PreTrainedTokenizerBase, vocab_size: 
     return LlamaForCausalLM(config)
 
 
+def word_runs(text: str, n: int = 8) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def overlap_report(corpus: list[dict], workload_dir: Path) -> dict:
+    """How many corpus queries equal, or share an 8-word run with, any workload record's query."""
+    workload = [user_query(r) for d in DOMAINS for s in ("train", "eval")
+                for r in load_conversations(workload_dir / f"{d}_{s}.json")]  # fmt: skip
+    exact = {" ".join(q.lower().split()) for q in workload}
+    runs = set().union(*(word_runs(q) for q in workload))
+    queries = [user_query(r) for r in corpus]
+    return {
+        "workload_queries": len(workload),
+        "corpus_queries": len(queries),
+        "identical": sum(" ".join(q.lower().split()) in exact for q in queries),
+        "sharing_an_8_word_run": sum(bool(word_runs(q) & runs) for q in queries),
+    }
+
+
 def build(cfg: DraftBuildConfig) -> dict:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
@@ -131,26 +153,32 @@ def build(cfg: DraftBuildConfig) -> dict:
     work = out.with_name(out.name + ".build")
     work.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(cfg.target)
-    vocab_size = AutoConfig.from_pretrained(cfg.target).vocab_size
-    split = {s: [r for d in DOMAINS for r in load_conversations(Path(cfg.workload_dir) / f"{d}_{s}.json")]
-             for s in ("train", "eval")}  # fmt: skip
-    documents = [document_ids(tok, r) for r in split["train"]]
+    corpus = [r for r in load_conversations(cfg.corpus) if assistant_answer(r)]
+    metrics: dict = {"config": asdict(cfg), "torch": torch.__version__,
+                     "overlap_with_workload": overlap_report(corpus, Path(cfg.workload_dir))}  # fmt: skip
+    if metrics["overlap_with_workload"]["identical"]:
+        raise ValueError(
+            f"{cfg.corpus}: {metrics['overlap_with_workload']['identical']} queries are workload queries"
+        )
+    examples = [chat_example(tok, r, cfg.max_length) for r in corpus]
     if cfg.python_docs:
-        documents += python_docs_ids(tok)
-    train = pack(documents, cfg.chunk_length, cfg.seed)
+        examples += python_docs_examples(tok, cfg.max_length)
+    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=torch.bfloat16).eval()
+    targets = teacher_topk(target, examples, cfg.top_k, work / "teacher_topk.pt", cfg.teacher_batch_size)
+    del target
 
     torch.manual_seed(cfg.seed)
-    draft = make_draft(cfg, tok, vocab_size)
-    metrics: dict = {"config": asdict(cfg), "torch": torch.__version__, "parameters": num_params(draft),
-                     "train_chunks": len(train)}  # fmt: skip
-    metrics |= train_lm(draft, train, cfg.steps, cfg.batch_size, cfg.lr, cfg.warmup_steps, cfg.seed, "draft",
+    draft = make_draft(cfg, tok, AutoConfig.from_pretrained(cfg.target).vocab_size)
+    if cfg.draft_vocab_size:
+        counts = load_token_counts(cfg.token_counts)
+        ids = select_token_ids(counts["counts"], cfg.draft_vocab_size, tok.all_special_ids)
+        set_draft_vocab(draft, ids)
+        metrics["draft_vocab_coverage"] = sum(counts["counts"].get(t, 0) for t in ids) / counts["num_tokens"]
+    metrics |= {"parameters": num_params(draft), "train_examples": len(examples)}
+    metrics |= train_lm(draft, examples, cfg.steps, cfg.batch_size, cfg.lr, cfg.warmup_steps, cfg.seed, "draft",
                         checkpoint=work / "state.pt", checkpoint_every=cfg.checkpoint_every,
-                        bf16_autocast=cfg.bf16_autocast)  # fmt: skip
+                        bf16_autocast=cfg.bf16_autocast, batch_loss=topk_distillation(examples, targets))  # fmt: skip
     draft = draft.to(torch.bfloat16)
-    metrics["eval_document_loss"] = {
-        d: eval_loss(draft, [(ids, ids) for r in split["eval"] if r.get("dataset") == d for ids in [document_ids(tok, r)]])
-        for d in DOMAINS
-    }  # fmt: skip
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     draft.save_pretrained(tmp)
@@ -166,10 +194,9 @@ def main() -> None:
     (cfg,) = HfArgumentParser(DraftBuildConfig).parse_args_into_dataclasses()
     metrics = build(cfg)
     print(
-        f"draft: {metrics['parameters'] / 1e6:.2f}M parameters, final train loss {metrics['final_train_loss']:.3f}"
+        f"draft: {metrics['parameters'] / 1e6:.2f}M parameters, final train loss {metrics['final_train_loss']:.3f}; "
+        f"overlap with the workload: {metrics['overlap_with_workload']}"
     )
-    for d, loss in metrics["eval_document_loss"].items():
-        print(f"{d:8s} eval document loss {loss:.3f}")
 
 
 if __name__ == "__main__":

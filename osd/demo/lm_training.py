@@ -13,6 +13,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -24,6 +25,9 @@ from osd.prompting import encode_answer, encode_prompt
 
 IGNORE = -100
 Example = tuple[list[int], list[int]]  # (input ids, labels with IGNORE where no loss is taken)
+BatchLoss = Callable[
+    [PreTrainedModel, list[int]], tuple[torch.Tensor, int]
+]  # (model, indices) -> (loss, tokens)
 
 
 def chat_example(tok: PreTrainedTokenizerBase, record: dict, max_length: int) -> Example:
@@ -101,11 +105,14 @@ def train_lm(
     checkpoint: Path | None = None,
     checkpoint_every: int = 50,
     bf16_autocast: bool = False,
+    batch_loss: BatchLoss | None = None,
 ) -> dict[str, float]:
     """AdamW over seeded shuffled epochs; resumes from `checkpoint` when it exists.
 
     bf16_autocast: float32 weights and optimizer, bf16 matmuls (about 1.5x faster on CPUs with
     AVX512-BF16 or AMX; the loss is still computed in float32 by the model).
+    batch_loss: (model, example indices of the batch) -> (loss, tokens it covers); default: the
+    model's cross-entropy on the collated `examples`.
 
     Returns the mean loss of the last 50 steps, the tokens seen and the wall time of this run.
     """
@@ -120,19 +127,16 @@ def train_lm(
     model.train()
     start = time.time()
     for step in range(start_step, steps):
-        batch = collate(
-            [examples[i] for i in batch_indices(len(examples), batch_size, step, seed, name)],
-            model.config.pad_token_id,
-        )
+        indices = batch_indices(len(examples), batch_size, step, seed, name)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup_steps)
         with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16_autocast):
-            loss = model(**batch).loss
+            loss, batch_tokens = (batch_loss or _cross_entropy(examples))(model, indices)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        tokens += int(batch["attention_mask"].sum())
+        tokens += batch_tokens
         recent = (recent + [loss.item()])[-50:]
         done = step + 1
         if step % 25 == 0 or done == steps:
@@ -147,6 +151,14 @@ def train_lm(
         "train_tokens": tokens,
         "train_seconds_this_run": time.time() - start,
     }
+
+
+def _cross_entropy(examples: list[Example]) -> BatchLoss:
+    def loss(model: PreTrainedModel, indices: list[int]) -> tuple[torch.Tensor, int]:
+        batch = collate([examples[i] for i in indices], model.config.pad_token_id)
+        return model(**batch).loss, int(batch["attention_mask"].sum())
+
+    return loss
 
 
 @torch.inference_mode()

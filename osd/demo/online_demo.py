@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from transformers import PrinterCallback, TrainerCallback
 
 from osd.conversations import save_conversations
+from osd.datafiles import refuse_overwrite
 from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.demo.target import TARGET_NAME
 from osd.distill.callbacks import setup_wandb
@@ -45,6 +46,7 @@ from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
 from osd.streams import abrupt_stream
 from osd.train import load_model, load_tokenizer
+from osd.user_errors import run_main
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
 
@@ -165,6 +167,9 @@ def main(argv: list[str] | None = None) -> dict:
     setup_wandb(args.report_to)
     torch.set_num_threads(args.threads)
     out = Path(args.output_dir)
+    refuse_overwrite(
+        {"--output_dir": out}, {"--target": args.target, "--draft": args.draft, "workload": WORKLOAD_DIR}
+    )
     shutil.rmtree(out, ignore_errors=True)  # a fresh run, not a resume of an older one
     out.mkdir(parents=True)
 
@@ -241,4 +246,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.demo.online_demo"))

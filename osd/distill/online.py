@@ -85,6 +85,7 @@ from osd.metric_keys import (
 )
 from osd.spec import SpecOutput, SpeculativeDecoder
 from osd.spec.decoder import accepts_logits_to_keep
+from osd.spec.draft_vocab import compact_logits
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,8 @@ def distillation_loss(
         if len(query.positions) == 0:
             continue
         target = query.target_logits.to(model.device)  # [W, V]
-        student = logits_at(model, query)[:, : target.shape[-1]]  # [W, V]: drop padding rows
+        with compact_logits(model):  # a sub-vocabulary head: [W, V'], the divergence gathers the target's V'
+            student = logits_at(model, query)[:, : target.shape[-1]]  # [W, V]: drop padding rows
         share = divergence(student, target, None, temperature=temperature, reduction="sum") / counted
         if backward is not None:
             backward(share)

@@ -41,7 +41,8 @@ from osd.conversations import GROUP_FIELDS
 from osd.distill.callbacks import setup_wandb
 from osd.distill.data import DistillCollator
 from osd.distill.online import OnlineDistillTrainer
-from osd.distill.run_dir import plan_run, run_identity
+from osd.distill.run_dir import open_run, run_identity
+from osd.user_errors import run_main
 
 Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
 
@@ -82,6 +83,10 @@ class RoutedDrafts(nn.Module):
     def config(self):
         """The first draft's config (DistillTrainer checks the vocabulary; all drafts share one)."""
         return next(iter(self.drafts.values())).config
+
+    def get_output_embeddings(self) -> nn.Module:
+        """The first draft's head (DistillTrainer reads its sub-vocabulary token set; all drafts share one)."""
+        return next(iter(self.drafts.values())).get_output_embeddings()
 
     def forward(self, *args, **kwargs):
         raise TypeError("RoutedDrafts has no forward: pick a draft with drafts[route]")
@@ -166,43 +171,43 @@ def main(argv: list[str] | None = None) -> None:
     setup_wandb(args.report_to)
     args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
     identity = run_identity(model_args, data_args, args, route_by=routing.route_by, routes=routing.routes)
-    plan = plan_run(args.output_dir, args.resume_from_checkpoint, args.overwrite_output_dir, identity)
-    tokenizer, student, teacher = load_models(model_args)
-    is_enc_dec = bool(student.config.is_encoder_decoder)
-    stream = dataset_loader(data_args, tokenizer, student, teacher, args.max_new_tokens)(
-        data_args.data_path, data_args.max_train_samples, data_args.data_split
-    )
-    values = stream.items[routing.route_by]  # None where a record lacks the field
-    routes = routing.routes or list(dict.fromkeys(v for v in values if v is not None))
-    if not routes:
-        raise ValueError(f"{data_args.data_path}: no record has a '{routing.route_by}' field to route by")
-    trainer = RoutedOnlineDistillTrainer(
-        model=RoutedDrafts.copies(student, routes),
-        router=field_router(routing.route_by),
-        teacher_model=teacher,
-        args=args,
-        train_dataset=stream,
-        data_collator=DistillCollator(
-            tokenizer.pad_token_id,
-            is_enc_dec,
-            getattr(student.config, "decoder_start_token_id", None),
-            data_args.model_max_length,
-        ),
-        processing_class=tokenizer,
-        run_identity=identity,
-        run_info={
-            "student_model_path": model_args.student_model_path,
-            "data_path": data_args.data_path,
-            "route_by": routing.route_by,
-        },
-    )
-    if plan.is_finished(trainer.planned_max_steps()):
-        return
-    plan.begin(args.should_save)
-    trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
-    trainer.save_model()
-    trainer.save_state()  # last: its trainer_state.json marks the run finished
+    with open_run(model_args, data_args, args, identity) as plan:  # refuses before models load
+        tokenizer, student, teacher = load_models(model_args)
+        is_enc_dec = bool(student.config.is_encoder_decoder)
+        stream = dataset_loader(data_args, tokenizer, student, teacher, args.max_new_tokens)(
+            data_args.data_path, data_args.max_train_samples, data_args.data_split
+        )
+        values = stream.items[routing.route_by]  # None where a record lacks the field
+        routes = routing.routes or list(dict.fromkeys(v for v in values if v is not None))
+        if not routes:
+            raise ValueError(f"{data_args.data_path}: no record has a '{routing.route_by}' field to route by")
+        trainer = RoutedOnlineDistillTrainer(
+            model=RoutedDrafts.copies(student, routes),
+            router=field_router(routing.route_by),
+            teacher_model=teacher,
+            args=args,
+            train_dataset=stream,
+            data_collator=DistillCollator(
+                tokenizer.pad_token_id,
+                is_enc_dec,
+                getattr(student.config, "decoder_start_token_id", None),
+                data_args.model_max_length,
+            ),
+            processing_class=tokenizer,
+            run_identity=identity,
+            run_info={
+                "student_model_path": model_args.student_model_path,
+                "data_path": data_args.data_path,
+                "route_by": routing.route_by,
+            },
+        )
+        if plan.is_finished(trainer.planned_max_steps()):
+            return
+        plan.begin(args.should_save)
+        trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
+        trainer.save_model()
+        trainer.save_state()  # last: its trainer_state.json marks the run finished
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    raise SystemExit(run_main(main, "osd.distill.routing"))

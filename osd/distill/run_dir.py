@@ -7,7 +7,8 @@ Checkpoints are written to `incomplete/checkpoint-N` and renamed to `checkpoint-
 is on disk, with a manifest `osd_checkpoint.json` (files and sizes, step, identity, metrics lines)
 written last: a `checkpoint-N` folder is complete, and resume takes the newest complete one.
 
-Policy (`plan_run`, before any model is loaded):
+Policy (`plan_run`, before any model is loaded; `open_run` first refuses an --output_dir that is
+or lies inside a model or data folder, or is a data file, and locks the folder):
 - a folder that holds run outputs is refused unless --resume_from_checkpoint or --overwrite_output_dir;
 - --overwrite_output_dir deletes the previous run's outputs (other files, e.g. a stream, are kept);
   it wins over `--resume_from_checkpoint last` (scripts that pass `last` can be told to start over);
@@ -16,17 +17,26 @@ Policy (`plan_run`, before any model is loaded):
 - resuming requires the identity (models, data digests, method flags) the folder and checkpoint
   recorded, else it is refused with the differences;
 - a finished run (final trainer_state.json at step == max_steps) is not trained further.
+
+A run holds `.osd_run.lock` (an exclusive `fcntl.flock`, which the OS releases when the process
+ends, even killed) for its whole life (`lock_run_dir`), so a second run into the same folder, started
+beside it or resumed while it runs, is refused with the holder's pid. The file keeps the pid of the
+holder; one left by a process that died without releasing it is named and taken over.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +44,14 @@ from typing import Any
 from transformers import TrainingArguments
 
 from osd.conversations import open_conversation_dataset
+from osd.datafiles import refuse_overwrite
 from osd.distill.callbacks import METRICS_FILE
 
 logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "osd_checkpoint.json"
 RUN_FILE = "run.json"
+LOCK_FILE = ".osd_run.lock"  # held by the run writing the folder; its text names the holder
 STAGING_DIR = "incomplete"  # checkpoints being written: {output_dir}/incomplete/checkpoint-N
 FINAL_STATE = "trainer_state.json"  # written last by osd.train: the run finished
 LAST = ("last", "true")  # --resume_from_checkpoint values meaning "the newest complete checkpoint"
@@ -63,6 +75,10 @@ NOT_IDENTITY = ("overwrite_output_dir",)
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed (incomplete, torn, or another run's)."""
+
+
+class RunDirError(ValueError):
+    """An --output_dir that cannot hold this run: a file, not writable, or in use by another run."""
 
 
 # ---- identity ------------------------------------------------------------------------------------
@@ -241,6 +257,50 @@ def commit_checkpoint(
 # ---- the output folder ---------------------------------------------------------------------------
 
 
+def _holder(fd: int) -> str | None:
+    """Who the lock file names (`pid N on host H`), None when it is empty."""
+    text = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+    return f"process {text[0]} on {text[1]}" if len(text) == 2 else None
+
+
+@contextmanager
+def lock_run_dir(output_dir: str | Path) -> Iterator[Path]:
+    """Hold the folder's exclusive lock for the block (creating the folder); RunDirError when it is a
+    file, cannot be written, or another live run holds the lock (its pid named)."""
+    out = Path(output_dir)
+    lock = out / LOCK_FILE
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"--output_dir {out} is a file, not a folder; choose a folder for the run")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RunDirError(
+            f"--output_dir {out}: cannot write there ({e.strerror}); choose another folder"
+        ) from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd) or "another process"
+        os.close(fd)
+        raise RunDirError(
+            f"--output_dir {out} is in use by a running run ({holder}, lock {lock}); wait for it to end, "
+            "or use another --output_dir"
+        ) from None
+    stale = _holder(fd)
+    if stale:
+        logger.warning(
+            "%s: stale lock of %s, which ended without releasing it (killed?); taken over", lock, stale
+        )
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    try:
+        yield out
+    finally:
+        os.ftruncate(fd, 0)  # released: a lock file with a pid in it now means a dead holder
+        os.close(fd)
+
+
 def run_outputs(output_dir: str | Path) -> list[Path]:
     """What earlier runs wrote at the top of output_dir (saved model subfolders included)."""
     output_dir = Path(output_dir)
@@ -348,3 +408,23 @@ def plan_run(output_dir: str | Path, resume: str | None, overwrite: bool, identi
     if finished is not None and checkpoint is not None and checkpoint.global_step > finished["global_step"]:
         finished = None  # checkpoints past the end of an earlier, shorter run
     return RunPlan(out, identity, checkpoint, finished)
+
+
+@contextmanager
+def open_run(
+    model_args: Any, data_args: Any, training_args: TrainingArguments, identity: dict
+) -> Iterator[RunPlan]:
+    """The run's folder for the block, before any model loads: no output over an input
+    (`refuse_overwrite`), the folder locked by the process that saves (`lock_run_dir`), the plan."""
+    out = training_args.output_dir
+    inputs = {
+        "--student_model_path": model_args.student_model_path,
+        "--teacher_model_path": model_args.teacher_model_path,
+        "--data_path": data_args.data_path,
+        "--eval_data_path": data_args.eval_data_path,
+    }
+    refuse_overwrite({"--output_dir": out}, inputs)
+    with lock_run_dir(out) if training_args.should_save else nullcontext():
+        yield plan_run(
+            out, training_args.resume_from_checkpoint, training_args.overwrite_output_dir, identity
+        )

@@ -49,8 +49,10 @@ from osd.distill.run_dir import (
     resolve_checkpoint,
 )
 from osd.distill.sources import SamplingConfig, sample_responses
+from osd.distill.subvocab import student_draft_vocab
 from osd.metric_keys import group_alphas
 from osd.spec import AcceptanceStats, GammaPolicy, SpeculativeDecoder
+from osd.spec.draft_vocab import compact_logits, restrict_divergence
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +98,13 @@ class DistillTrainer(Trainer):
         super().__init__(model=model, args=args, **kwargs)
         self.run_identity = run_identity or {}  # recorded in every checkpoint (osd.distill.run_dir)
         check_vocabularies(model, teacher_model, self.processing_class)
+        # the student's head over --draft_vocab_size tokens (or the one it was saved with); losses on those
+        self.draft_vocab = student_draft_vocab(model, args, self.processing_class)
         self.teacher_model = teacher_model.eval().requires_grad_(False)
         if not getattr(teacher_model, "hf_device_map", None):
             self.teacher_model.to(args.device)
         self.is_encoder_decoder = bool(model.config.is_encoder_decoder)
-        self.divergence = get_divergence(args.kl_method, args.jsd_beta)
+        self.divergence = restrict_divergence(get_divergence(args.kl_method, args.jsd_beta), self.draft_vocab)
         tokenizer = self.processing_class
         pad_id = tokenizer.pad_token_id if tokenizer is not None else model.config.pad_token_id
         eos_id = tokenizer.eos_token_id if tokenizer is not None else model.config.eos_token_id
@@ -250,7 +254,8 @@ class DistillTrainer(Trainer):
         return_outputs: bool = False,
         num_items_in_batch: torch.Tensor | int | None = None,
     ):
-        outputs = model(**{k: inputs[k] for k in MODEL_INPUTS if k in inputs}, use_cache=False)
+        with compact_logits(model):  # a sub-vocabulary head's logits [B, T, V'] (the divergence gathers V')
+            outputs = model(**{k: inputs[k] for k in MODEL_INPUTS if k in inputs}, use_cache=False)
         loss = self.distill_loss(
             outputs.logits, self.teacher_logits(inputs), inputs["loss_mask"], num_items_in_batch
         )

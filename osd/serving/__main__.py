@@ -32,9 +32,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                               formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     (args,) = parser.parse_args_into_dataclasses(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # vLLM is imported to serve, not for --help
-    from osd.serving.engine import build_engine, shutdown_engine
-    from osd.serving.online import OnlineServer, jsonl_writer, load_queries
+    try:  # vLLM is imported to serve, not for --help
+        from osd.serving.engine import build_engine, shutdown_engine
+        from osd.serving.online import OnlineServer, jsonl_writer, load_queries
+    except ImportError as e:  # a user error (one line): the wrong environment
+        raise ValueError(
+            f"{e}: osd.serving needs vLLM; bash bash_scripts/setup_vllm.sh makes .venv-vllm, "
+            "then run .venv-vllm/bin/python -m osd.serving"
+        ) from e
     from osd.train import load_model, load_tokenizer
 
     torch.manual_seed(args.seed)
@@ -60,4 +65,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    print(main())
+    from osd.user_errors import run_main
+
+    sys.exit(run_main(lambda: print(main()), "python -m osd.serving"))  # user errors as one line, status 1

@@ -24,6 +24,7 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache, PretrainedConfig, PreTrainedModel
 
 from osd.spec.adaptive import GammaPolicy
+from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.sampling import accept_reject, acceptance_probability, greedy, logits_to_probs, sample
 
 # Draft and target may differ by a few padding rows (e.g. an added [PAD] token, or an embedding
@@ -156,6 +157,7 @@ class SpeculativeDecoder:
                 f"draft vocabulary ({v_draft}) and target vocabulary ({v_target}) differ by more than padding rows: "
                 "speculative decoding needs a shared tokenizer. Use a draft trained with the target's tokenizer."
             )
+        apply_draft_vocab(draft_model)  # a draft saved with a sub-vocabulary head (config.draft_vocab)
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
         self.vocab_size = min(v_draft, v_target)
         # ids the prompt may hold: rows of both input embeddings

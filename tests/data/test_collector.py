@@ -44,10 +44,11 @@ def test_wrong_format_file_names_file_and_expectation(name, message):
 
 
 def test_broken_parquet_names_file(tmp_path):
-    bad = tmp_path / "train-00000-of-00001.parquet"
+    (tmp_path / "raw").mkdir()
+    bad = tmp_path / "raw" / "train-00000-of-00001.parquet"
     bad.write_bytes(b"PAR1 this is not a parquet file")
     with pytest.raises(RawFormatError, match="not a readable parquet file") as err:
-        gsm8k("--raw_path", str(tmp_path), "--output_dir", str(tmp_path / "out"), "--splits", "train")
+        gsm8k("--raw_path", str(tmp_path / "raw"), "--output_dir", str(tmp_path / "out"), "--splits", "train")
     assert str(bad) in str(err.value)
 
 

@@ -193,6 +193,36 @@ def test_partial_file_of_another_input_is_refused(teacher_dir, conversations, mo
         generate_answer.main(flags(teacher_dir, conversations))
 
 
+def without_ids(path: Path, queries: list[str]) -> Path:
+    save_conversations([{"conversation": [{"role": "user", "content": q}]} for q in queries], path)
+    return path
+
+
+def test_partial_file_of_another_input_without_ids_is_refused(teacher_dir, tmp_path, monkeypatch):
+    """Issue 24, defect 5: records without `id`, resumed into one --output from another input, took
+    the old answers ("88 already answered"); lines are now matched by the query's sha256."""
+    first = without_ids(tmp_path / "sql.json", QUERIES[:4])
+    other = without_ids(tmp_path / "math.json", QUERIES[3:])  # shares one query with the first
+    out = ["--output", str(tmp_path / "answers.json")]
+    interrupted_run([*flags(teacher_dir, first), *out], monkeypatch)  # one batch of 3 answered
+    with pytest.raises(ValueError, match=r"answers\.partial\.jsonl, line 2: record None .* does not match"):
+        generate_answer.main([*flags(teacher_dir, other), *out])
+
+
+def test_records_without_ids_resume_by_content(teacher_dir, tmp_path, monkeypatch):
+    path = without_ids(tmp_path / "toy.json", QUERIES)
+    interrupted_run(flags(teacher_dir, path), monkeypatch)
+    asked: list[int] = []
+    real = generate_answer.generate_batch
+    monkeypatch.setattr(
+        generate_answer, "generate_batch", lambda m, t, p, n: asked.append(len(p)) or real(m, t, p, n)
+    )
+    out = generate_answer.main(flags(teacher_dir, path))
+    assert sum(asked) == len(QUERIES) - 3  # the first batch's answers were kept
+    got = [r["conversation"][-1]["content"] for r in load_conversations(out)]
+    assert got == reference_answers(teacher_dir, path)
+
+
 def test_partial_file_of_another_model_or_settings_is_refused(
     teacher_dir, conversations, tmp_path, monkeypatch
 ):

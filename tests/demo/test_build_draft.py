@@ -16,6 +16,7 @@ from osd.demo.build_draft import DraftBuildConfig, build
 from osd.demo.build_t5_pair import T5BuildConfig
 from osd.demo.build_t5_pair import build as build_t5_pair
 from osd.model_checks import check_same_tokenizer
+from osd.spec.draft_vocab import count_tokens
 
 
 @pytest.fixture()
@@ -29,11 +30,27 @@ def small_workload(tmp_path):
     return folder
 
 
+GENERAL = [("How do I stay focused while studying?", "Take short breaks and keep your phone away."),
+           ("Write a haiku about autumn.", "Red leaves drift and fall, the wind hums a quiet song."),
+           ("What is a good name for a cat?", "Try Milo, Luna or Pepper."),
+           ("Explain gravity simply.", "Mass pulls on mass: the Earth pulls you down.")]  # fmt: skip
+
+
 def _config(workload, out) -> DraftBuildConfig:
-    # the tiny teacher stands in for the target: the builder only reads its tokenizer and vocabulary size
-    return DraftBuildConfig(out_dir=str(out), target=str(TINY_TEACHER_PATH), workload_dir=str(workload), hidden=32,
-                            ffn=64, heads=2, max_positions=64, chunk_length=32, steps=6, batch_size=2,
-                            warmup_steps=2, checkpoint_every=2, bf16_autocast=False)  # fmt: skip
+    """The tiny teacher stands in for the target; a four-record general corpus and its token counts."""
+    corpus, counts = out.parent / "corpus.json", out.parent / "counts.json"
+    corpus.write_text(json.dumps([{"id": f"g{i}", "conversation": [{"role": "user", "content": q},
+                                                                 {"role": "assistant", "content": a}]}
+                                  for i, (q, a) in enumerate(GENERAL)]))  # fmt: skip
+    tok = AutoTokenizer.from_pretrained(TINY_TEACHER_PATH)
+    found, _ = count_tokens([a for _, a in GENERAL], tok)
+    counts.write_text(
+        json.dumps({"num_tokens": sum(found.values()), "counts": [[t, c] for t, c in found.items()]})
+    )
+    return DraftBuildConfig(out_dir=str(out), target=str(TINY_TEACHER_PATH), corpus=str(corpus),
+                            token_counts=str(counts), workload_dir=str(workload), hidden=32, ffn=64, heads=2,
+                            max_positions=64, draft_vocab_size=24, top_k=4, max_length=48, steps=6, batch_size=2,
+                            warmup_steps=2, teacher_batch_size=2, checkpoint_every=2, bf16_autocast=False)  # fmt: skip
 
 
 def _t5_config(workload, out) -> T5BuildConfig:
@@ -90,6 +107,11 @@ def test_killed_build_resumes_to_the_uninterrupted_weights(
     metrics = json.loads((tmp_path / "resumed" / "build_metrics.json").read_text())
     if kind == "draft":
         assert metrics["parameters"] == sum(t.numel() for t in whole["model.safetensors"].values())
+        assert (
+            metrics["overlap_with_workload"]["identical"] == 0
+            and metrics["overlap_with_workload"]["corpus_queries"] == 4
+        )
+        assert len(json.loads((tmp_path / "resumed" / "config.json").read_text())["draft_vocab"]) == 24
     else:
         assert set(metrics["eval_answer_loss"]) == set(DOMAINS)
 
@@ -108,3 +130,32 @@ def test_t5_pair_shares_one_tokenizer_without_a_chat_template(small_workload, tm
     assert set(DOMAINS) < set(metrics["standard_alpha"])
     again = build_t5_pair(dataclasses.replace(cfg, evaluate_only=True))  # re-measures the saved pair
     assert again["eval_answer_loss"] == metrics["eval_answer_loss"] and again["draft"] == metrics["draft"]
+
+
+def test_topk_distillation_is_the_soft_cross_entropy_renormalised_on_the_head():
+    """Closed form on one position, a full head and a head over a subset of the stored entries;
+    also under bf16 autocast (the build's setting), where float16 targets must still concatenate."""
+    from osd.demo.teacher_topk import TopK, topk_distillation
+    from osd.spec.draft_vocab import set_draft_vocab
+    from tests.spec.models import tiny_model
+
+    model = tiny_model("llama", layers=1)
+    ids, labels = [5, 6, 7], [-100, -100, 7]  # one loss position: logits at t = 1 predict token 7
+    top = TopK(
+        torch.tensor([[3, 9, 12]], dtype=torch.int32), torch.tensor([[-0.5, -1.5, -2.5]], dtype=torch.float16)
+    )
+    with torch.no_grad():
+        log_q = torch.log_softmax(model(torch.tensor([ids])).logits[0, 1].float(), -1)
+    p = torch.softmax(top.logp.float()[0], -1)
+    loss, n = topk_distillation([(ids, labels)], [top])(model, [0])
+    assert n == 1
+    torch.testing.assert_close(loss, -(p * log_q[[3, 9, 12]]).sum())
+    set_draft_vocab(model, [3, 12, 20])  # 9 lies outside the head: p renormalised on {3, 12}
+    with torch.no_grad():
+        log_q = torch.log_softmax(model(torch.tensor([ids])).logits[0, 1, [3, 12, 20]].float(), -1)
+    p = torch.softmax(top.logp.float()[0, [0, 2]], -1)
+    loss, _ = topk_distillation([(ids, labels)], [top])(model, [0])
+    torch.testing.assert_close(loss, -(p * log_q[[0, 1]]).sum())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = topk_distillation([(ids, labels)], [top])(model, [0])
+    assert torch.isfinite(loss)

@@ -149,3 +149,20 @@ def test_a_torn_last_metrics_line_is_ignored_with_a_warning(tmp_path, caplog):
     path.write_text('{"step": 1}\n{"st\n{"step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl, line 2"):
         read_log(path)
+
+
+def test_train_loss_after_a_resume_covers_the_whole_run(saved_pair, data, tmp_path):
+    """Issue 24: after a resume, the end-of-train train_loss averaged the resumed call's steps only."""
+    out = tmp_path / "run"
+    argv = cli_argv(*saved_pair, data, out, "--max_steps", "4", "--resume_from_checkpoint", "last")
+
+    def train_loss() -> float:
+        return next(m["train_loss"] for m in reversed(read_metrics(out)) if "train_loss" in m)
+
+    main(argv)
+    whole = train_loss()
+    simulate_crash_after(out, 2)
+    main(argv)  # steps 3 and 4 again, from checkpoint-2
+    steps = [m["loss"] for m in read_metrics(out) if "loss" in m]
+    assert whole == pytest.approx(sum(steps) / 4, rel=1e-5) and steps[0] != pytest.approx(steps[-1])
+    assert train_loss() == pytest.approx(whole, rel=1e-5)

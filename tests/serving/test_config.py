@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -31,3 +32,11 @@ def test_standard_and_target_only_runs_do_not_distil() -> None:
     assert not ServingArguments(data_path="s", output_dir="o", online_update_interval=0).distils
     assert not ServingArguments(data_path="s", output_dir="o", max_propose_num=0).distils
     assert ServingArguments(data_path="s", output_dir="o").distils
+
+
+def test_serving_without_vllm_says_how_to_get_it(tmp_path) -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    argv = ["--data_path", str(tmp_path / "stream.json"), "--output_dir", str(tmp_path / "out")]
+    run = subprocess.run([sys.executable, "-m", "osd.serving", *argv], capture_output=True, text=True)
+    assert run.returncode == 1 and "setup_vllm.sh" in run.stderr and "Traceback" not in run.stderr, run.stderr

@@ -1,0 +1,156 @@
+"""Let a chat model write user queries itself (Magpie, Xu et al. 2024): the prompt is its chat template
+up to where a user turn begins, and whatever it samples until the end of that turn is a query.
+
+The queries are general (the model's own idea of what users ask), not a workload's: with the
+model's answers (`data/generate_answer.py`) they train a draft that knows how the target talks
+without having seen the domains it will serve (the demo draft, `osd/demo/build_draft.py`).
+
+Sampled in batches, each seeded by (--seed, batch index), and appended to `{output stem}.partial.jsonl`
+as each batch finishes: a killed run continues where it stopped with the queries the uninterrupted run
+would have drawn. Kept: queries that end their turn within --max_new_tokens, at least --min_chars
+long, not seen before (exact, whitespace-normalised). Written as a conversation-JSON list with ids
+`magpie-{n}` and `dataset` "magpie".
+
+    python data/magpie_queries.py --model osd/demo/models/target --num_queries 2000 --output data/general/queries.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from collector import REPO_ROOT  # noqa: F401  (puts the repository on sys.path)
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
+
+from osd.conversations import save_conversations
+from osd.datafiles import read_text, refuse_overwrite
+from osd.model_checks import check_model_path
+from osd.prompting import prompt_text
+from osd.user_errors import run_main
+
+MARK = "\x00QUERY\x00"
+
+
+@dataclass
+class MagpieArgs:
+    model: str = field(metadata={"help": "Chat model with a chat template (hub name or path)."})
+    output: str = field(metadata={"help": "Conversation-JSON file to write (user turns only)."})
+    num_queries: int = field(default=1000, metadata={"help": "Queries to keep."})
+    batch_size: int = field(default=32, metadata={"help": "Queries sampled per generate call."})
+    max_new_tokens: int = field(default=64, metadata={"help": "Longest query; longer ones are dropped."})
+    min_chars: int = field(default=12, metadata={"help": "Shortest query kept."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
+    seed: int = field(default=0, metadata={"help": "Seed; batch b samples with seed (seed, b)."})
+    dtype: str = field(default="bfloat16", metadata={"help": "Weights dtype."})
+    num_threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)."})
+
+    def __post_init__(self) -> None:
+        for flag in ("num_queries", "batch_size", "max_new_tokens"):
+            if getattr(self, flag) < 1:
+                raise ValueError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
+
+
+def user_prefix(tok: PreTrainedTokenizerBase) -> str:
+    """The chat template's text before a user turn's content (system prompt included)."""
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(f"{tok.name_or_path}: no chat template, so no user prefix to start a query from")
+    text = prompt_text(tok, MARK)
+    return text[: text.index(MARK)]
+
+
+def normalise(query: str) -> str:
+    return " ".join(query.split()).lower()
+
+
+@torch.no_grad()
+def sample_batch(
+    model, tok: PreTrainedTokenizerBase, prefix: list[int], args: MagpieArgs, batch: int
+) -> list[str | None]:
+    """One batch of sampled user turns; None where the turn did not end within max_new_tokens."""
+    torch.manual_seed(args.seed * 1_000_003 + batch)
+    ids = torch.tensor([prefix] * args.batch_size)  # [B, P]
+    end = tok.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tok.get_vocab() else tok.eos_token_id
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=args.temperature,
+                         top_p=args.top_p, max_new_tokens=args.max_new_tokens, eos_token_id=end,
+                         pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else end)  # fmt: skip
+    queries: list[str | None] = []
+    for row in out[:, len(prefix) :].tolist():
+        stop = next((i for i, t in enumerate(row) if t == end), None)
+        queries.append(None if stop is None else tok.decode(row[:stop], skip_special_tokens=True).strip())
+    return queries
+
+
+def main(argv: list[str] | None = None) -> Path:
+    (args,) = HfArgumentParser(MagpieArgs).parse_args_into_dataclasses(argv)
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    out = Path(args.output)
+    partial = out.with_name(out.stem + ".partial.jsonl")
+    refuse_overwrite({"--output": out, "its partial file": partial}, {"--model": args.model})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    check_model_path(args.model)
+    settings = {k: v for k, v in asdict(args).items() if k not in ("output", "num_queries", "num_threads")}
+    batches: list[list[str | None]] = []
+    if partial.exists():
+        lines = read_text(partial).splitlines()
+        if not lines or json.loads(lines[0]).get("settings") != settings:
+            raise ValueError(f"{partial} was written with other settings; rerun with them or delete it")
+        for n, line in enumerate(lines[1:], start=2):
+            try:
+                batches.append(json.loads(line)["queries"])
+            except (json.JSONDecodeError, KeyError):
+                if n != len(lines):
+                    raise ValueError(
+                        f"{partial}, line {n}: not a batch of queries; delete the file to start over"
+                    ) from None
+        partial.write_text("\n".join(lines[: len(batches) + 1]) + "\n", encoding="utf-8")  # drop a torn line
+    else:
+        partial.write_text(json.dumps({"settings": settings}) + "\n", encoding="utf-8")
+    tok = AutoTokenizer.from_pretrained(args.model)
+    prefix = tok(user_prefix(tok), add_special_tokens=False).input_ids
+    kept = _keep([q for b in batches for q in b], args.min_chars)
+    model = None
+    with (
+        partial.open("a", encoding="utf-8") as f,
+        tqdm(total=args.num_queries, initial=min(len(kept), args.num_queries), unit="query") as bar,
+    ):
+        while len(kept) < args.num_queries:
+            model = (
+                model
+                or AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).eval()
+            )
+            queries = sample_batch(model, tok, prefix, args, len(batches))
+            batches.append(queries)
+            f.write(json.dumps({"batch": len(batches) - 1, "queries": queries}, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            before = len(kept)
+            kept = _keep([q for b in batches for q in b], args.min_chars)
+            bar.update(min(len(kept), args.num_queries) - min(before, args.num_queries))
+    records = [{"id": f"magpie-{i}", "dataset": "magpie", "conversation": [{"role": "user", "content": q}]}
+               for i, q in enumerate(kept[: args.num_queries])]  # fmt: skip
+    save_conversations(records, out)
+    drawn = sum(len(b) for b in batches)
+    print(f"{out}: {len(records)} queries kept of {drawn} sampled ({len(batches)} batches)")
+    return out
+
+
+def _keep(queries: list[str | None], min_chars: int) -> list[str]:
+    """Finished, long enough, first occurrence (normalised) only; in sampling order."""
+    seen: set[str] = set()
+    kept = []
+    for q in queries:
+        if q is None or len(q) < min_chars or normalise(q) in seen:
+            continue
+        seen.add(normalise(q))
+        kept.append(q)
+    return kept
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main))

@@ -1,0 +1,180 @@
+"""Replay online distillation over a recorded stream in seconds: only the draft runs (greedy).
+
+The target's greedy outputs and top-K log-probabilities over a query stream are recorded once
+(`python -m osd.analysis.record --conversations STREAM --top_k 32`). Each query is then served by
+greedy speculative decoding *simulated* against the recording (`osd.analysis.simulate`: exactly the
+engine's acceptance), the positions where the draft was wrong go to a buffer with the target's top-K
+there, and every --update_interval queries the draft takes --steps_per_update optimizer steps on the
+buffer (soft cross-entropy against the stored top-K, `osd.demo.teacher_topk`; a sub-vocabulary head
+renormalises on V'). --replay keeps the last R served queries in the buffer after an update, so an
+update also revisits recent queries. Alpha per query is written as the online trainer logs it.
+
+What differs from `python -m osd.train --mode online`: the target's distribution is its top-K (the
+trainer reuses the full logits of verification), and the draft serves in float32 (the demo serves a
+bf16 copy). It is a tool for choosing a recipe fast; the chosen one is then run for real.
+
+    python -m osd.analysis.online_replay --recording outputs/recordings/stream --stream outputs/stream.json \
+        --draft osd/demo/models/draft --gamma 4 --learning_rate 3e-4 --update_interval 4 --out outputs/replay.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from osd.analysis.recording import PromptRecord, Recording, load_recording, paths
+from osd.analysis.simulate import replay_greedy
+from osd.conversations import load_conversations
+from osd.datafiles import refuse_overwrite
+from osd.demo import repo_relative
+from osd.demo.lm_training import IGNORE, Example
+from osd.demo.teacher_topk import TopK, topk_distillation
+from osd.spec.decoder import MAX_VOCAB_PADDING
+from osd.spec.draft_vocab import apply_draft_vocab
+from osd.user_errors import run_main
+
+
+@dataclass
+class Recipe:
+    """How the draft learns online."""
+
+    learning_rate: float = 3e-4
+    update_interval: int = 1  # queries between updates
+    steps_per_update: int = 1  # optimizer steps at each update
+    replay: int = 0  # served queries kept in the buffer after an update
+    loss_positions: str = (
+        "wrong"  # "wrong": where the target replaced a draft token; "all": every output token
+    )
+    weight_decay: float = 0.0
+
+
+def wrong_positions(rec_iterations: list, generated_before: list[int]) -> list[int]:
+    """Output positions where the target replaced a rejected draft token (n < k)."""
+    return [start + it.accepted for it, start in zip(rec_iterations, generated_before, strict=True)
+            if it.accepted < it.proposed]  # fmt: skip
+
+
+def buffered(rec: PromptRecord, positions: list[int]) -> tuple[Example, TopK]:
+    """The query as a training example with labels at `positions` of its output, and the target's top-K there."""
+    ids = rec.prompt_ids + rec.output_ids
+    labels = [IGNORE] * len(ids)
+    for p in positions:
+        labels[len(rec.prompt_ids) + p] = ids[len(rec.prompt_ids) + p]
+    at = torch.tensor(positions, dtype=torch.long)
+    logp = rec.topk_logits[at] - rec.logsumexp[at, None]  # [W, K]
+    return (ids, labels), TopK(rec.topk_ids[at], logp.to(torch.float16))
+
+
+def replay(
+    recording: Recording, draft: PreTrainedModel, gamma: int, recipe: Recipe, learn: bool = True
+) -> list[dict]:
+    """Serve the recorded stream in order with `draft`, updating it per `recipe` (unless not `learn`).
+    Returns per query: alpha_sum, counted positions, wrong positions."""
+    if recording.header.get("top_k") is None:
+        raise ValueError("online replay needs a recording with top-K (osd.analysis.record --top_k 32)")
+    rows = draft.get_output_embeddings().weight.shape[0]
+    if abs(rows - recording.header["vocab_rows"]) > MAX_VOCAB_PADDING:
+        raise ValueError(
+            f"draft vocabulary {rows} vs recorded target's {recording.header['vocab_rows']} rows"
+        )
+    vocab = min(rows, recording.header["vocab_rows"])
+    eos = set() if recording.header["eos_token_id"] is None else {recording.header["eos_token_id"]}
+    opt = torch.optim.AdamW(draft.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+    buffer: list[tuple[Example, TopK]] = []
+    served: list[dict] = []
+    for n, rec in enumerate(recording.prompts, start=1):
+        draft.eval()
+        sim = replay_greedy(draft, rec, gamma, len(rec.output_ids), eos, vocab)
+        starts = [it.matched_so_far - it.accepted - 1 for it in sim.iterations]
+        wrong = wrong_positions(sim.iterations, starts)
+        counted = sum(it.counted for it in sim.iterations)
+        served.append({"id": rec.id, "alpha_sum": sum(it.alpha_sum for it in sim.iterations), "counted": counted,
+                       "wrong": len(wrong)})  # fmt: skip
+        if not learn:
+            continue
+        positions = wrong if recipe.loss_positions == "wrong" else list(range(len(rec.output_ids)))
+        buffer.append(buffered(rec, positions) if positions else None)
+        if n % recipe.update_interval == 0:
+            _update(draft, opt, [b for b in buffer if b is not None], recipe.steps_per_update)
+            buffer = buffer[len(buffer) - recipe.replay :] if recipe.replay else []
+    return served
+
+
+def _update(draft: PreTrainedModel, opt: torch.optim.Optimizer, buffer: list, steps: int) -> None:
+    if not buffer:
+        return
+    examples, targets = [e for e, _ in buffer], [t for _, t in buffer]
+    loss_of = topk_distillation(examples, targets)
+    draft.train()
+    for _ in range(steps):
+        loss, _ = loss_of(draft, list(range(len(examples))))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    draft.eval()
+
+
+def summarize(served: list[dict], groups: list[str], tail_fraction: float = 1 / 3) -> dict[str, float]:
+    """Alpha per group over the last `tail_fraction` of each group's queries, and over all queries."""
+    out = {}
+    for group in dict.fromkeys(groups):
+        mine = [s for s, g in zip(served, groups, strict=True) if g == group]
+        tail = mine[len(mine) - max(1, round(len(mine) * tail_fraction)) :]
+        out[group] = sum(s["alpha_sum"] for s in tail) / max(1, sum(s["counted"] for s in tail))
+    out["all"] = sum(s["alpha_sum"] for s in served) / max(1, sum(s["counted"] for s in served))
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--recording", required=True, help="osd.analysis.record output with --top_k, over the stream"
+    )
+    parser.add_argument(
+        "--stream", required=True, help="the recorded conversation file (its `dataset` fields group alpha)"
+    )
+    parser.add_argument("--draft", required=True)
+    parser.add_argument("--gamma", type=int, default=4)
+    for name, value in asdict(Recipe()).items():
+        parser.add_argument(f"--{name}", type=type(value), default=value)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="JSON file: per-query alpha, the summary and the command")
+    args = parser.parse_args(argv)
+    if args.out:
+        inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
+        refuse_overwrite({"--out": args.out}, inputs | {"--stream": args.stream, "--draft": args.draft})
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    recipe = Recipe(**{k: getattr(args, k) for k in asdict(Recipe())})
+    recording = load_recording(args.recording)
+    groups = [r.get("dataset", "all") for r in load_conversations(args.stream)][: len(recording.prompts)]
+    draft = apply_draft_vocab(AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32))
+    standard = replay(recording, copy.deepcopy(draft), args.gamma, recipe, learn=False)
+    online = replay(recording, draft, args.gamma, recipe)
+    result = {
+        "recipe": asdict(recipe),
+        "standard": summarize(standard, groups),
+        "online": summarize(online, groups),
+    }
+    for name in ("standard", "online"):
+        print(f"{name:9s} " + "  ".join(f"{g} {a:.3f}" for g, a in result[name].items()))
+    if args.out:
+        command = "python -m osd.analysis.online_replay " + " ".join(sys.argv[1:] if argv is None else argv)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        payload = {"command": command, **result, "queries": {"standard": standard, "online": online}}
+        Path(args.out).write_text(json.dumps(repo_relative(payload), indent=1) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main, "osd.analysis.online_replay"))

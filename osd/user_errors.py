@@ -1,0 +1,49 @@
+"""How every command line ends on a user error: one error line on stderr, exit status 1; a
+traceback only for a bug.
+
+User errors are `ValueError` (a bad flag value, file, record, recording or model: the project's
+own errors subclass it and name the file, flag or model) and `OSError` (a missing or unwritable
+path, a full disk). Anything else is a bug and keeps its traceback. Usage errors stay argparse's
+(exit status 2).
+
+    if __name__ == "__main__":
+        sys.exit(run_main(main, "osd.analysis.record"))
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+USER_ERRORS = (ValueError, OSError)
+# how libraries that write through Rust or C++ (safetensors, torch.save) report a full disk
+DISK_FULL = ("No space left on device", "file write failed")
+
+
+def run_main(main: Callable[[], object], prog: str | None = None) -> int:
+    """Run `main()`: exit status 0, or 1 with `{prog}: error: {message}` on stderr for a user error.
+
+    `prog` defaults to the script's file name, as argparse names it in usage errors."""
+    try:
+        main()
+    except USER_ERRORS as e:
+        print(f"{prog or Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@contextmanager
+def disk_full_as_oserror(folder: str | Path) -> Iterator[None]:
+    """Within: a library's error for a failed write (a full disk) becomes an OSError naming `folder`;
+    safetensors and torch.save report it as their own exception types, with the reason in words."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, OSError) or not any(words in str(e) for words in DISK_FULL):
+            raise
+        raise OSError(
+            errno.ENOSPC, f"writing under {folder} failed ({e}); free some space", str(folder)
+        ) from e

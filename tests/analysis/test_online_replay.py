@@ -1,0 +1,74 @@
+"""osd.analysis.online_replay: the served alpha equals simulate's, updates happen at the interval only,
+and the buffer holds the wrong positions with the target's top-K there."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from osd.analysis.online_replay import Recipe, buffered, replay, summarize
+from osd.analysis.record import record_prompts
+from osd.analysis.simulate import simulate
+from osd.demo.lm_training import IGNORE
+from tests.analysis.test_simulate import EOS, RANDOM_TOKENIZER
+from tests.spec.models import VOCAB, draft_from_target, tiny_model
+
+
+@pytest.fixture(scope="module")
+def stream():
+    target = tiny_model("llama", layers=2, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [(f"p{i}", torch.randint(3, VOCAB, (6,), generator=gen).tolist()) for i in range(6)]
+    recording = record_prompts(target, prompts, {"tokenizer": RANDOM_TOKENIZER, "vocab_rows": VOCAB},
+                               max_new_tokens=24, eos_token_id=EOS, top_k=8)  # fmt: skip
+    return draft_from_target(target, noise=0.6), recording
+
+
+def test_without_learning_it_is_simulate(stream):
+    draft, recording = stream
+    served = replay(recording, copy.deepcopy(draft), 3, Recipe(), learn=False)
+    simulated = simulate(recording, draft, RANDOM_TOKENIZER, gamma=3)
+    for s, sim in zip(served, simulated, strict=True):
+        assert s["counted"] == sum(it.counted for it in sim.iterations)
+        assert s["alpha_sum"] == sum(it.alpha_sum for it in sim.iterations)
+        assert s["wrong"] == sum(it.accepted < it.proposed for it in sim.iterations)
+    assert 0 < sum(s["wrong"] for s in served) < sum(s["counted"] for s in served)
+
+
+def test_the_draft_changes_only_at_updates_and_learns(stream, monkeypatch):
+    draft, recording = stream
+    draft = copy.deepcopy(draft)
+    snapshots = []
+    import osd.analysis.online_replay as module
+
+    real = module.replay_greedy
+
+    def spy(model, *args, **kwargs):
+        snapshots.append(model.lm_head.weight.detach().clone())
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(module, "replay_greedy", spy)
+    replay(recording, draft, 3, Recipe(learning_rate=1e-2, update_interval=2, steps_per_update=2))
+    moved = [not torch.equal(a, b) for a, b in zip(snapshots, snapshots[1:], strict=False)]
+    assert moved == [False, True, False, True, False]  # after queries 2 and 4 (6 ends the stream)
+
+
+def test_buffered_example_labels_the_positions_and_keeps_their_top_k(stream):
+    _, recording = stream
+    rec = recording.prompts[0]
+    (ids, labels), top = buffered(rec, [0, 3])
+    t = len(rec.prompt_ids)
+    assert ids == rec.prompt_ids + rec.output_ids
+    assert [i for i, y in enumerate(labels) if y != IGNORE] == [t, t + 3]
+    torch.testing.assert_close(
+        top.logp.float(), (rec.topk_logits[[0, 3]] - rec.logsumexp[[0, 3], None]), atol=1e-2, rtol=0
+    )
+    assert torch.equal(top.ids, rec.topk_ids[[0, 3]])
+
+
+def test_summary_is_the_tail_of_each_group():
+    served = [{"alpha_sum": a, "counted": 1} for a in (0.0, 0.0, 1.0, 0.5, 0.5, 0.0)]
+    out = summarize(served, ["a", "a", "a", "b", "b", "b"])
+    assert out == {"a": 1.0, "b": 0.0, "all": 2.0 / 6}

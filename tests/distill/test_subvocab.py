@@ -1,0 +1,73 @@
+"""Training a student with a sub-vocabulary head (--draft_vocab_size, --draft_vocab_counts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from osd.spec.draft_vocab import SubVocabHead, draft_vocab_ids
+from tests.distill.test_online import VOCAB, make_pair, make_trainer, one_thread, write_stream  # noqa: F401
+
+SIZE = 24
+
+
+def counts_file(tmp_path) -> str:
+    """Frequencies that favour the ids 10..33 (the tokenizer's special ids 0..3 are always kept)."""
+    path = tmp_path / "counts.json"
+    counts = [[i, 100 - i] for i in range(10, 10 + SIZE)] + [[i, 1] for i in range(40, len(VOCAB))]
+    path.write_text(
+        json.dumps({"tokenizer": "test", "num_tokens": sum(c for _, c in counts), "counts": counts})
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize("mode", ["online", "offline"])
+def test_only_the_chosen_rows_learn_and_the_head_is_saved(tmp_path, mode):
+    draft, target = make_pair()
+    head_before = draft.lm_head.weight.detach().clone()  # untied head: rows outside V' must not move
+    stream = write_stream(tmp_path / "stream.json", 4)
+    extra = (
+        {"max_steps": 2, "per_device_train_batch_size": 2, "sample_source": "teacher"}
+        if mode == "offline"
+        else {}
+    )
+    trainer = make_trainer(tmp_path, stream, draft, target, mode=mode, draft_vocab_size=SIZE,
+                           draft_vocab_counts=counts_file(tmp_path), **extra)  # fmt: skip
+    ids = draft_vocab_ids(draft).tolist()
+    assert ids == sorted(
+        set(range(4)) | set(range(10, 10 + SIZE - 4))
+    )  # special ids first, then the most frequent
+    trainer.train()
+    moved = (draft.lm_head.weight.detach() != head_before).any(-1)  # [V]
+    assert moved[ids].any()
+    outside = torch.ones(len(VOCAB), dtype=torch.bool)
+    outside[ids] = False
+    assert not moved[outside].any()
+    trainer.save_model(str(tmp_path / "saved"))
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")
+    assert saved.config.draft_vocab == ids
+
+
+def test_a_student_saved_with_a_head_keeps_it_and_refuses_another_size(tmp_path):
+    draft, target = make_pair()
+    stream = write_stream(tmp_path / "stream.json", 2)
+    make_trainer(
+        tmp_path, stream, draft, target, draft_vocab_size=SIZE, draft_vocab_counts=counts_file(tmp_path)
+    )
+    draft.save_pretrained(tmp_path / "student")
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "student")
+    make_trainer(tmp_path, stream, reloaded, target)  # no flag: the saved head
+    assert isinstance(reloaded.get_output_embeddings(), SubVocabHead)
+    with pytest.raises(ValueError, match=f"already has a sub-vocabulary head of {SIZE} tokens"):
+        make_trainer(tmp_path, stream, reloaded, target, draft_vocab_size=SIZE + 1,
+                     draft_vocab_counts=counts_file(tmp_path))  # fmt: skip
+
+
+def test_the_two_flags_go_together(tmp_path):
+    draft, target = make_pair()
+    stream = write_stream(tmp_path / "stream.json", 2)
+    with pytest.raises(ValueError, match="--draft_vocab_size and --draft_vocab_counts go together"):
+        make_trainer(tmp_path, stream, draft, target, draft_vocab_size=SIZE)

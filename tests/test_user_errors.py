@@ -1,0 +1,41 @@
+"""osd.user_errors: user errors end a command line with one error line, bugs keep their traceback,
+and a full disk reported by a library in words becomes an OSError naming the folder."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+
+import pytest
+from safetensors import SafetensorError
+
+from osd.user_errors import disk_full_as_oserror, run_main
+
+
+def fail(error: Exception) -> Callable[[], None]:
+    def main() -> None:
+        raise error
+
+    return main
+
+
+@pytest.mark.parametrize("error", [ValueError("bad.json, record 3: no user turn"), FileNotFoundError("x")])
+def test_a_user_error_is_one_line_and_status_1(error, capsys):
+    assert run_main(fail(error), "tool") == 1
+    assert capsys.readouterr().err == f"tool: error: {error}\n"
+
+
+def test_a_bug_keeps_its_traceback():
+    with pytest.raises(KeyError):
+        run_main(fail(KeyError("prompt")), "tool")
+
+
+def test_a_full_disk_reported_by_safetensors_names_the_folder(tmp_path):
+    """Issue 24: osd.train on a full disk (a 5 MB tmpfs) ended in safetensors' SafetensorError traceback."""
+    words = "Error while serializing: I/O error: No space left on device (os error 28)"
+    with pytest.raises(OSError) as raised, disk_full_as_oserror(tmp_path):
+        raise SafetensorError(words)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path)
+    assert words in str(raised.value)
+    with pytest.raises(RuntimeError, match="a bug"), disk_full_as_oserror(tmp_path):
+        raise RuntimeError("a bug")
