@@ -33,3 +33,9 @@ class DraftReloadExtension:
         weights = load_file(path)
         reload_weights(config, drafter.model, iter(weights.items()), None, is_checkpoint_format=True)
         return time.perf_counter() - start
+
+    def draft_head_sums(self) -> tuple[float, float]:
+        """(sum of the speculator's input embedding, sum of its output head): what a test compares with
+        the exported weights to see a swap land in both (the linear layers are repacked on the CPU)."""
+        model = self.model_runner.drafter.model
+        return float(model.model.embed_tokens.weight.float().sum()), float(model.lm_head.weight.float().sum())

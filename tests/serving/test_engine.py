@@ -13,6 +13,7 @@ import os
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 pytest.importorskip(
     "vllm", reason="vLLM is not installed here: bash bash_scripts/setup_vllm.sh makes .venv-vllm"
@@ -121,6 +122,15 @@ def test_swapped_weights_are_the_ones_that_propose(llm, prompts, target_only, dr
         counts.append(accepted(llm) - before)
         assert [s.token_ids for s in outputs] == target_only, name
     assert counts[0] > 50 and counts[1] <= 0.02 * counts[0] and counts[2] == counts[0], counts
+
+
+def test_swap_reaches_the_embedding_and_the_output_head(llm, draft_files) -> None:
+    for name in ("random", "trained"):
+        swap_draft(llm, draft_files[name])
+        exported = load_file(draft_files[name])
+        expected = [float(exported[k].float().sum()) for k in ("model.embed_tokens.weight", "lm_head.weight")]
+        (served,) = llm.collective_rpc("draft_head_sums")
+        assert served == pytest.approx(expected, rel=1e-5), (name, served, expected)
 
 
 def test_per_request_counters_add_up_to_vllms_totals(llm, prompts, draft_files) -> None:
