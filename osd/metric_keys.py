@@ -13,6 +13,12 @@ An online log entry (`OnlineState.metrics`, one every --online_eval_interval que
     update_time_share       updates' time on the serving path / serving time (also
                             background_update_share, serve_time_s, online_updates, buffer_peak_mb, proposed)
 
+and, served on vLLM (osd.serving.online), also
+    vllm_acceptance_rate    vLLM's acceptance: accepted / proposed draft tokens, every proposal counted
+                            (alpha counts those up to a step's first rejection: osd.serving.acceptance)
+    draft_swaps             draft swaps into the running engine so far
+    swap_time_s             the last swap's time: export + reload into the engine
+
 and an evaluation (`DistillTrainer.evaluate`) the same alpha names behind Trainer's metric prefix:
 `eval_alpha`, `eval_alpha/{field}/{value}`, `eval_accepted_length`. Both compute per-group alpha with
 `group_alphas`, so one group has one name wherever it is measured.
@@ -44,6 +50,9 @@ QUERIES_SERVED = "queries_served"
 ONLINE_LOSS = "online_loss"
 UPDATE_TIME_SHARE = "update_time_share"
 BACKGROUND_UPDATE_SHARE = "background_update_share"
+VLLM_ACCEPTANCE_RATE = "vllm_acceptance_rate"
+SWAPS = "draft_swaps"
+SWAP_TIME = "swap_time_s"
 EVAL_PREFIX = "eval_"  # Trainer.evaluate's metric_key_prefix, with its separator
 LEGACY_QUERIES = "queries"  # the counter's name before `queries_served`
 GROUP_KEY = re.compile(rf"^{ALPHA}/({'|'.join(GROUP_FIELDS)})/(.+)$")

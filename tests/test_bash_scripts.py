@@ -128,9 +128,11 @@ def test_t5_scripts_run_on_the_t5_demo_pair(script, tmp_path):
     extra += (
         " --max_eval_samples 2 --eval_steps 1" if script == "t5/offline.sh" else " --online_eval_interval 1"
     )
+    # one thread: on a busy 2-core machine two spin-waiting threads took t5/offline.sh from 8 s to 130 s
     run = run_script(
-        script, [str(tmp_path / "run"), "sql", "mix_token", "tvd"], tmp_path, None, EXTRA_ARGS=extra
-    )
+        script, [str(tmp_path / "run"), "sql", "mix_token", "tvd"], tmp_path, None, EXTRA_ARGS=extra,
+        OMP_NUM_THREADS="1",
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     alphas = [m["eval_alpha"] if "eval_alpha" in m else m.get("alpha") for m in metrics]

@@ -125,18 +125,25 @@ def buffer_query(
     else:
         raise ValueError(f"--online_loss_positions must be 'wrong' or 'all', got {loss_positions!r}")
     rows = out.target_logits[positions.to(out.target_logits.device)]  # [W, V]
-    if dtype == torch.float16:
-        rows = rows.clamp(-FLOAT16_MAX, FLOAT16_MAX)
     return BufferedQuery(
         input_ids=input_ids[0].cpu(),
         generated_ids=out.generated_ids[0].cpu(),
         positions=positions,
-        target_logits=rows.to("cpu", dtype),
+        target_logits=stored_logits(rows, dtype),
     )
 
 
-def student_logits_at(model: PreTrainedModel, query: BufferedQuery) -> torch.Tensor:
-    """The student's logits [W, V'] that predict generated_ids[positions]: one forward pass."""
+def stored_logits(rows: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """Target logits rows [W, V] as the buffer keeps them: on the CPU in `dtype` (float16 clamped to
+    +-FLOAT16_MAX, so nothing overflows)."""
+    if dtype == torch.float16:
+        rows = rows.clamp(-FLOAT16_MAX, FLOAT16_MAX)
+    return rows.to("cpu", dtype)
+
+
+def logits_at(model: PreTrainedModel, query: BufferedQuery) -> torch.Tensor:
+    """`model`'s logits [W, V'] that predict generated_ids[positions]: one forward pass (the student's
+    at the update; the target's, teacher-forced, where serving kept no target logits: osd.serving)."""
     device = model.device
     generated = query.generated_ids.to(device)
     if model.config.is_encoder_decoder:
@@ -176,7 +183,7 @@ def distillation_loss(
             continue
         target = query.target_logits.to(model.device)  # [W, V]
         with compact_logits(model):  # a sub-vocabulary head: [W, V'], the divergence gathers the target's V'
-            student = student_logits_at(model, query)[:, : target.shape[-1]]  # [W, V]: drop padding rows
+            student = logits_at(model, query)[:, : target.shape[-1]]  # [W, V]: drop padding rows
         share = divergence(student, target, None, temperature=temperature, reduction="sum") / counted
         if backward is not None:
             backward(share)

@@ -25,7 +25,7 @@ from transformers import (
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.losses import forward_kl
-from osd.distill.online import OnlineDistillTrainer, buffer_query, distillation_loss, student_logits_at
+from osd.distill.online import OnlineDistillTrainer, buffer_query, distillation_loss, logits_at
 from osd.spec import SpeculativeDecoder
 
 WORDS = [f"w{i}" for i in range(60)]
@@ -138,7 +138,7 @@ def test_student_rows_are_the_shifted_positions():
     q = buffer_query(torch.tensor([prompt]), out, "all", dtype=torch.float32)
     assert q.positions.tolist() == list(range(out.generated_ids.shape[1]))
     with torch.no_grad():
-        rows = student_logits_at(target, q)
+        rows = logits_at(target, q)
     torch.testing.assert_close(rows, q.target_logits, atol=1e-4, rtol=1e-4)
     with torch.no_grad():
         loss = distillation_loss(target, [q], forward_kl)
@@ -158,7 +158,7 @@ def test_encoder_decoder_rows_follow_the_decoder_input():
     out = serve(draft, target, encoder_in)
     q = buffer_query(torch.tensor([encoder_in]), out, "all", dtype=torch.float32)
     with torch.no_grad():
-        rows = student_logits_at(target, q)
+        rows = logits_at(target, q)
     torch.testing.assert_close(rows, q.target_logits, atol=1e-4, rtol=1e-4)
 
 

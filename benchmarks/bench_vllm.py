@@ -1,0 +1,106 @@
+r"""vLLM serving benchmark: the demo target alone, with the Standard draft, and with the OSD draft
+distilled online (updates and swaps on), on one shifting stream, at several concurrencies.
+
+The stream: --per_domain queries of each of sql, math, code, finance (train split, in that order).
+Two engines serve it (vLLM target-only, and vLLM with the draft as draft_model speculator); before
+each run the speculator gets the demo draft's weights back, so every OSD run starts from the
+Standard draft. Per run: tokens/s (generated tokens / wall time), per-query latency p50/p90
+(submission to finished output), acceptance over the stream (osd alpha and vLLM's rate:
+osd.serving.acceptance) and per domain, and for OSD the mean swap time (export + reload), the
+trainer's share of wall time (buffer forwards, updates, swaps) and, of it, the target's teacher-forced
+forwards. Writes {out}/results.json, table.md.
+
+    OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
+    .venv-vllm/bin/python -m benchmarks.bench_vllm --per_domain 8 --concurrency 1 4 16 --out outputs/bench_vllm
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.online_common import load_sources, markdown_table, save_results
+from osd.conversations import save_conversations
+from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH
+from osd.metric_keys import ALPHA, VLLM_ACCEPTANCE_RATE, group_key
+from osd.serving.config import ServingArguments
+from osd.serving.distiller import DraftDistiller, export_draft
+from osd.serving.engine import build_engine, shutdown_engine, swap_draft
+from osd.serving.online import OnlineServer, load_queries
+from osd.streams import abrupt_stream
+from osd.train import load_model, load_tokenizer
+
+COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
+           *DOMAINS, "updates", "swap_time_s", "update_share", "teacher_forward_share"]  # fmt: skip
+
+
+def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None) -> dict:
+    """One pass over the stream; the measures of one table row."""
+    entries = []
+    start = time.perf_counter()
+    server = OnlineServer(llm, args, distiller, entries.append)
+    state = server.run(queries)
+    wall = time.perf_counter() - start
+    latencies = [q.wall_time_s for q in state.queries]
+    p50, p90 = (statistics.quantiles(latencies, n=10)[i] for i in (4, 8))
+    last = entries[-1]  # --online_eval_interval = the stream: one entry over every query
+    return {
+        "tokens_per_s": sum(q.num_generated for q in state.queries) / wall, "latency_p50_s": p50, "latency_p90_s": p90,
+        "alpha": last[ALPHA], "vllm_acceptance": last[VLLM_ACCEPTANCE_RATE],
+        **{d: last.get(group_key("dataset", d), float("nan")) for d in DOMAINS},
+        "updates": state.updates, "update_share": state.update_time_s / wall, "wall_s": wall,
+        "teacher_forward_share": server.teacher_time_s / wall,
+        "swap_time_s": statistics.mean(server.swap_times) if server.swap_times else float("nan"),
+    }  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--per_domain", type=int, default=8)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--gamma", type=int, default=2)
+    ap.add_argument("--max_new_tokens", type=int, default=64)
+    ap.add_argument("--update_interval", type=int, default=4)
+    ap.add_argument("--learning_rate", type=float, default=1e-4)
+    ap.add_argument("--out", default="outputs/bench_vllm")
+    opts = ap.parse_args()
+    torch.set_num_threads(1)
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stream = abrupt_stream(load_sources(DOMAINS), [opts.per_domain] * len(DOMAINS))
+    save_conversations(stream, out / "stream.json")
+    args = ServingArguments(
+        data_path=str(out / "stream.json"), output_dir=str(out), max_propose_num=opts.gamma,
+        max_new_tokens=opts.max_new_tokens, online_update_interval=opts.update_interval,
+        online_eval_interval=len(stream), learning_rate=opts.learning_rate,
+    )  # fmt: skip
+    queries = load_queries(args.data_path, load_tokenizer(str(TARGET_PATH), None), 512)
+    target_only = build_engine(str(TARGET_PATH), None, 0)
+    speculative = build_engine(str(TARGET_PATH), str(DRAFT_PATH), opts.gamma)
+    standard = out / "standard_draft.safetensors"
+    export_draft(load_model(str(DRAFT_PATH), "float32", None), standard, torch.bfloat16)
+    target = load_model(str(TARGET_PATH), args.teacher_dtype, None)
+    for llm in (target_only, speculative):  # warm-up: the first requests pay one-time costs
+        OnlineServer(llm, args, None, lambda e: None).run(queries[:2])
+    rows = []
+    for c in opts.concurrency:
+        args.concurrency = c
+        rows.append({"run": "target only", "concurrency": c, **serve(target_only, queries, args, None)})
+        swap_draft(speculative, str(standard))
+        rows.append({"run": "+ Standard draft", "concurrency": c, **serve(speculative, queries, args, None)})
+        swap_draft(speculative, str(standard))
+        distiller = DraftDistiller(load_model(str(DRAFT_PATH), "float32", None), target,
+                                   learning_rate=opts.learning_rate)  # fmt: skip
+        rows.append({"run": "+ OSD draft", "concurrency": c, **serve(speculative, queries, args, distiller)})
+        print(markdown_table(rows[-3:], COLUMNS), flush=True)
+    for llm in (target_only, speculative):
+        shutdown_engine(llm)
+    save_results(out, {"options": vars(opts), "rows": rows}, markdown_table(rows, COLUMNS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+r"""Serve a conversation-JSON query stream with vLLM and the OSD draft, distilling it online.
+
+Usage (embedded demo pair, CPU, in the vLLM environment made by bash_scripts/setup_vllm.sh):
+    OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
+    .venv-vllm/bin/python -m osd.serving --data_path runs/demo_online/stream.json \
+        --output_dir runs/vllm_online --max_propose_num 2 --online_update_interval 8 --concurrency 4
+
+The same stream files and prompt template as `osd.train --mode online`. Writes
+{output_dir}/metrics.jsonl (osd.metric_keys: alpha per query window and per dataset / topic /
+language, vllm_acceptance_rate, swap times; `python -m osd.plots` reads it) and the distilled draft
+to {output_dir}/draft. --online_update_interval 0 serves with the draft as it is (Standard SD),
+--max_propose_num 0 with the target alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import torch
+from transformers import HfArgumentParser
+
+from osd.serving.config import ServingArguments
+from osd.serving.distiller import DraftDistiller
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Parse the flags, serve the stream, return the last log entry."""
+    parser = HfArgumentParser(ServingArguments, prog="python -m osd.serving", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    (args,) = parser.parse_args_into_dataclasses(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:  # vLLM is imported to serve, not for --help
+        from osd.serving.engine import build_engine, shutdown_engine
+        from osd.serving.online import OnlineServer, jsonl_writer, load_queries
+    except ImportError as e:  # a user error (one line): the wrong environment
+        raise ValueError(
+            f"{e}: osd.serving needs vLLM; bash bash_scripts/setup_vllm.sh makes .venv-vllm, "
+            "then run .venv-vllm/bin/python -m osd.serving"
+        ) from e
+    from osd.train import load_model, load_tokenizer
+
+    torch.manual_seed(args.seed)
+    tokenizer = load_tokenizer(args.teacher_model_path, None)
+    queries = load_queries(args.data_path, tokenizer, args.max_model_len - args.max_new_tokens,
+                           args.source_prefix, args.max_samples)  # fmt: skip
+    distiller = None
+    if args.distils:
+        draft = load_model(args.student_model_path, "float32", None).to(args.trainer_device)
+        target = load_model(args.teacher_model_path, args.teacher_dtype, None).to(args.trainer_device)
+        distiller = DraftDistiller(draft, target, args.kl_method, args.learning_rate, args.weight_decay,
+                                   args.max_grad_norm, args.distill_temperature, args.jsd_beta)  # fmt: skip
+    llm = build_engine(args.teacher_model_path, args.student_model_path, args.max_propose_num, args.teacher_dtype,
+                       args.max_model_len, args.seed, args.tensor_parallel_size, args.enforce_eager)  # fmt: skip
+    entries = []
+    write = jsonl_writer(args.output_dir)
+    OnlineServer(llm, args, distiller, lambda e: (entries.append(e), write(e))).run(queries)
+    shutdown_engine(llm)
+    if distiller is not None:
+        distiller.draft.save_pretrained(Path(args.output_dir) / "draft")
+        tokenizer.save_pretrained(Path(args.output_dir) / "draft")
+    return entries[-1]
+
+
+if __name__ == "__main__":
+    from osd.user_errors import run_main
+
+    sys.exit(run_main(lambda: print(main()), "python -m osd.serving"))  # user errors as one line, status 1

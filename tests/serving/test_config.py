@@ -1,0 +1,42 @@
+"""`python -m osd.serving`: documented without vLLM installed, flags validated before anything loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from osd.serving.config import ServingArguments
+
+
+def test_help_documents_the_loop_without_importing_vllm() -> None:
+    probe = "import sys, runpy; sys.argv = ['osd.serving', '--help']\ntry:\n    runpy.run_module('osd.serving', run_name='__main__')\nexcept SystemExit:\n    pass\nprint('vllm' in sys.modules)"  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "--online_update_interval" in out and "--concurrency" in out and "metrics.jsonl" in out
+    assert out.strip().endswith("False"), "--help imported vLLM"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [({"kl_method": "l2"}, "--kl_method"), ({"concurrency": 0}, "--concurrency must be >= 1"),
+     ({"online_loss_positions": "some"}, "--online_loss_positions"), ({"teacher_dtype": "int8"}, "--teacher_dtype")],
+)  # fmt: skip
+def test_bad_flags_are_refused_with_their_name(flags, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        ServingArguments(data_path="stream.json", output_dir="out", **flags)
+
+
+def test_standard_and_target_only_runs_do_not_distil() -> None:
+    assert not ServingArguments(data_path="s", output_dir="o", online_update_interval=0).distils
+    assert not ServingArguments(data_path="s", output_dir="o", max_propose_num=0).distils
+    assert ServingArguments(data_path="s", output_dir="o").distils
+
+
+def test_serving_without_vllm_says_how_to_get_it(tmp_path) -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    argv = ["--data_path", str(tmp_path / "stream.json"), "--output_dir", str(tmp_path / "out")]
+    run = subprocess.run([sys.executable, "-m", "osd.serving", *argv], capture_output=True, text=True)
+    assert run.returncode == 1 and "setup_vllm.sh" in run.stderr and "Traceback" not in run.stderr, run.stderr

@@ -1,0 +1,64 @@
+"""osd.serving.distiller on the committed tiny pair: the buffer's target logits, the update, the export."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH
+from osd.distill.online import distillation_loss
+from osd.serving.distiller import DraftDistiller, export_draft
+
+PROMPT, GENERATED = [1, 40, 41, 42, 43], [50, 51, 52, 53, 54, 55]
+
+
+@pytest.fixture
+def distiller() -> DraftDistiller:
+    torch.manual_seed(0)
+    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
+    target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
+    return DraftDistiller(draft, target, "forward", learning_rate=1e-3)
+
+
+def test_buffered_target_logits_are_the_teacher_forced_forward(distiller) -> None:
+    query = distiller.buffer(PROMPT, GENERATED, [0, 3, 5])
+    with torch.no_grad():
+        full = distiller.target(torch.tensor([PROMPT + GENERATED])).logits[0]  # [T + N, V]
+    # generated token i is predicted by the logits at T + i - 1: an off-by-one would compare other rows
+    expected = full[[len(PROMPT) - 1 + i for i in (0, 3, 5)]]
+    torch.testing.assert_close(query.target_logits.float(), expected, atol=2e-2, rtol=1e-3)
+
+
+def test_updates_lower_the_loss_and_leave_the_target_alone(distiller) -> None:
+    buffer = [distiller.buffer(PROMPT, GENERATED, [0, 1, 2, 3, 4, 5])]
+    target_before = {k: v.clone() for k, v in distiller.target.state_dict().items()}
+    with torch.no_grad():
+        before = distillation_loss(distiller.draft, buffer, distiller.divergence).item()
+    losses = [distiller.update(buffer) for _ in range(5)]
+    with torch.no_grad():
+        after = distillation_loss(distiller.draft, buffer, distiller.divergence).item()
+    assert losses[0] == pytest.approx(before, rel=1e-4) and after < before - 0.1, (before, losses, after)
+    for name, value in distiller.target.state_dict().items():
+        assert torch.equal(value, target_before[name]), name
+
+
+def test_a_buffer_without_loss_positions_changes_nothing(distiller) -> None:
+    before = {k: v.clone() for k, v in distiller.draft.state_dict().items()}
+    assert distiller.update([distiller.buffer(PROMPT, GENERATED, [])]) is None
+    for name, value in distiller.draft.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_export_writes_each_weight_once_in_the_served_dtype(distiller, tmp_path) -> None:
+    # the tiny draft is untied; tie it as the demo draft is, so one weight has two names
+    distiller.draft.lm_head.weight = distiller.draft.model.embed_tokens.weight
+    export_draft(distiller.draft, tmp_path / "draft.safetensors", torch.bfloat16)
+    weights = load_file(tmp_path / "draft.safetensors")
+    assert "model.embed_tokens.weight" in weights and "lm_head.weight" not in weights
+    assert {t.dtype for t in weights.values()} == {torch.bfloat16}
+    params = dict(distiller.draft.named_parameters())  # named_parameters lists a shared weight once
+    assert sorted(weights) == sorted(params)
+    for name, value in weights.items():
+        torch.testing.assert_close(value, params[name].detach().to(torch.bfloat16), atol=0, rtol=0)

@@ -1,0 +1,172 @@
+"""A real vLLM engine on the committed tiny pair: the draft swapped while requests are in flight.
+
+Runs in the vLLM environment (`bash bash_scripts/setup_vllm.sh`, then
+`.venv-vllm/bin/python -m pytest tests/serving`); skipped where vLLM is not installed. Each engine
+starts in ~25 s on a CPU; set OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind
+VLLM_CPU_KVCACHE_SPACE=1 on a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+pytest.importorskip(
+    "vllm", reason="vLLM is not installed here: bash bash_scripts/setup_vllm.sh makes .venv-vllm"
+)
+
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from osd.conversations import load_conversations, user_query  # noqa: E402
+from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path  # noqa: E402
+from osd.prompting import encode_prompt  # noqa: E402
+from osd.serving.acceptance import vllm_acceptance, wrong_positions  # noqa: E402
+from osd.serving.config import ServingArguments  # noqa: E402
+from osd.serving.distiller import DraftDistiller, export_draft  # noqa: E402
+from osd.serving.engine import (  # noqa: E402
+    RequestPool,
+    build_engine,
+    sampling_params,
+    serve_all,
+    shutdown_engine,
+    spec_counters,
+    swap_draft,
+)
+from osd.serving.online import OnlineServer, load_queries  # noqa: E402
+
+for name, value in (
+    ("OMP_NUM_THREADS", "1"),
+    ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+    ("VLLM_CPU_KVCACHE_SPACE", "1"),
+):
+    os.environ.setdefault(name, value)
+
+GAMMA, MAX_NEW = 3, 40
+GREEDY = sampling_params(MAX_NEW, 0.0)
+SWAP_LIMIT_S = (
+    5.0  # a bound for a loaded CI machine; the issue's target, 0.3 s idle, is measured by bench_vllm
+)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    tokenizer = AutoTokenizer.from_pretrained(TINY_TEACHER_PATH)
+    records = [r for domain in ("sql", "math") for r in load_conversations(workload_path(domain, "eval"))[:4]]
+    return [encode_prompt(tokenizer, user_query(r)) for r in records]
+
+
+@pytest.fixture(scope="module")
+def target_only(prompts) -> list[list[int]]:
+    """Greedy outputs of vLLM without speculation: what every speculative run must reproduce."""
+    llm = build_engine(str(TINY_TEACHER_PATH), None, 0, "float32", 512)
+    outputs = [s.token_ids for s in serve_all(llm, prompts, GREEDY, len(prompts))]
+    shutdown_engine(llm)
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def llm(target_only):
+    """Built after `target_only`: a new engine unregisters the Prometheus counters of the engines before it
+    (`llm.get_metrics()` reads one process-wide registry)."""
+    llm = build_engine(str(TINY_TEACHER_PATH), str(TINY_DRAFT_PATH), GAMMA, "float32", 512)
+    yield llm
+    shutdown_engine(llm)
+
+
+@pytest.fixture(scope="module")
+def draft_files(tmp_path_factory) -> dict[str, str]:
+    """The tiny draft as trained, and a random draft of its shape (proposes nothing the target accepts)."""
+    folder = tmp_path_factory.mktemp("drafts")
+    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
+    export_draft(draft, folder / "trained.safetensors", torch.float32)
+    torch.manual_seed(0)
+    random = AutoModelForCausalLM.from_config(draft.config)
+    export_draft(random, folder / "random.safetensors", torch.float32)
+    return {"trained": str(folder / "trained.safetensors"), "random": str(folder / "random.safetensors")}
+
+
+def accepted(llm) -> int:
+    return int(spec_counters(llm)["num_accepted_tokens"])
+
+
+def test_swap_with_requests_in_flight_keeps_greedy_outputs(llm, prompts, target_only, draft_files) -> None:
+    pool = RequestPool(llm, GREEDY, len(prompts))
+    for i, prompt in enumerate(prompts):
+        pool.submit(i, prompt)
+    done, swap_times, in_flight_at_swap = [], [], []
+    for step in range(10_000):
+        done += pool.poll()
+        if step in (2, 5):  # random weights mid-request, then the trained draft back
+            in_flight_at_swap.append(len(pool.in_flight))
+            swap_times.append(swap_draft(llm, draft_files["random" if step == 2 else "trained"]))
+        if not pool.in_flight:
+            break
+    assert min(in_flight_at_swap) > 0, in_flight_at_swap  # the swaps did land mid-request
+    # speculation, whatever the draft proposes, never changes greedy output: same tokens as the target alone
+    assert [s.token_ids for s in sorted(done, key=lambda s: s.index)] == target_only
+    assert max(swap_times) < SWAP_LIMIT_S, swap_times
+
+
+def test_swapped_weights_are_the_ones_that_propose(llm, prompts, target_only, draft_files) -> None:
+    """The same prompts with the trained draft, a random one, and the trained one back: a reload that did
+    nothing (or reloaded the target) would keep the acceptance; an inexact one would not restore it."""
+    counts = []
+    for name in ("trained", "random", "trained"):
+        swap_draft(llm, draft_files[name])
+        before = accepted(llm)
+        outputs = serve_all(llm, prompts, GREEDY, len(prompts))
+        counts.append(accepted(llm) - before)
+        assert [s.token_ids for s in outputs] == target_only, name
+    assert counts[0] > 50 and counts[1] <= 0.02 * counts[0] and counts[2] == counts[0], counts
+
+
+def test_swap_reaches_the_embedding_and_the_output_head(llm, draft_files) -> None:
+    for name in ("random", "trained"):
+        swap_draft(llm, draft_files[name])
+        exported = load_file(draft_files[name])
+        expected = [float(exported[k].float().sum()) for k in ("model.embed_tokens.weight", "lm_head.weight")]
+        (served,) = llm.collective_rpc("draft_head_sums")
+        assert served == pytest.approx(expected, rel=1e-5), (name, served, expected)
+
+
+def test_per_request_counters_add_up_to_vllms_totals(llm, prompts, draft_files) -> None:
+    swap_draft(llm, draft_files["trained"])
+    before = spec_counters(llm)
+    served = serve_all(llm, prompts, GREEDY, 4)
+    after = spec_counters(llm)
+    per_request = [vllm_acceptance(s.counts) for s in served]
+    assert sum(a for a, _ in per_request) == after["num_accepted_tokens"] - before["num_accepted_tokens"]
+    assert sum(p for _, p in per_request) == after["num_draft_tokens"] - before["num_draft_tokens"]
+    for s in served:  # prefill token + per step: the accepted tokens and one of the target's
+        steps = s.counts.per_step_accepted
+        assert len(s.token_ids) <= 1 + len(steps) + sum(steps) and len(
+            wrong_positions(s.counts, len(s.token_ids))
+        ) <= len(steps)
+
+
+def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_path) -> None:
+    swap_draft(llm, draft_files["trained"])
+    args = ServingArguments(
+        data_path=str(workload_path("sql", "eval")), output_dir=str(tmp_path), teacher_model_path=str(TINY_TEACHER_PATH),
+        student_model_path=str(TINY_DRAFT_PATH), max_propose_num=GAMMA, max_new_tokens=MAX_NEW, concurrency=4,
+        online_update_interval=2, online_eval_interval=4, teacher_dtype="float32", learning_rate=1e-3, max_samples=8,
+    )  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(TINY_TEACHER_PATH)
+    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
+    target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
+    distiller = DraftDistiller(draft, target, learning_rate=args.learning_rate)
+    entries = []
+    state = OnlineServer(llm, args, distiller, entries.append).run(
+        load_queries(args.data_path, tokenizer, 400, limit=8)
+    )
+    assert len(state.queries) == 8 and state.updates == 4
+    assert [e["queries_served"] for e in entries] == [4, 8] and entries[-1]["draft_swaps"] == 4
+    assert all(0 <= e["alpha"] <= 1 and 0 <= e["vllm_acceptance_rate"] <= e["alpha"] for e in entries), (
+        entries
+    )
+    assert "alpha/dataset/sql" in entries[-1] and entries[-1]["swap_time_s"] < SWAP_LIMIT_S
+    json.dumps(entries)  # metrics.jsonl-ready
