@@ -44,6 +44,7 @@ from osd.conversations import load_conversations, save_conversations  # noqa: E4
 from osd.cost_model import best_gamma, speedup  # noqa: E402
 from osd.demo import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa: E402
 from osd.demo.lm_training import num_params  # noqa: E402
+from osd.spec.draft_vocab import set_draft_vocab  # noqa: E402
 from osd.spec.timing import step_time  # noqa: E402
 from osd.train import main as train_main  # noqa: E402
 
@@ -146,6 +147,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument(
         "--repeats", type=int, default=3, help="timings per model, interleaved; the fastest is kept"
     )
+    ap.add_argument(
+        "--draft_vocab_size", type=int, default=0,
+        help="time the drafts with a sub-vocabulary head over this many tokens (osd.spec.draft_vocab; 0: full head)",
+    )  # fmt: skip
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/draft_profile")
     args = ap.parse_args(argv)
@@ -168,6 +173,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 draft, trained = distill_draft(draft, tokenizer, args, out / f"distill_d{depth}_w{width}")
                 row |= trained
             draft = draft.to(dtype)
+            if args.draft_vocab_size:  # the head's cost does not depend on which rows it keeps
+                set_draft_vocab(draft, range(args.draft_vocab_size))
             row["alpha"] = args.alpha
             if recording is not None:
                 replay = out / f"replay_d{depth}_w{width}"
@@ -199,6 +206,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "dtype": args.dtype,
         "threads": args.threads,
         "context": args.context,
+        "draft_vocab_size": args.draft_vocab_size or None,
         "target_step_ms_all": [t * 1e3 for t in times[0]],
         "alpha_source": f"replayed greedy alpha after {args.train_steps} osd.train distillation steps"
         if args.train_steps
