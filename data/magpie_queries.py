@@ -48,6 +48,14 @@ class MagpieArgs:
     seed: int = field(default=0, metadata={"help": "Seed; batch b samples with seed (seed, b)."})
     dtype: str = field(default="bfloat16", metadata={"help": "Weights dtype."})
     num_threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)."})
+    openers: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Generic task openers that start the user turn, e.g. 'Write a SQL query' 'Solve this math "
+            "problem:'; batch b uses none when b % (n + 1) == 0, else opener b % (n + 1) - 1, and the query is the "
+            "opener followed by what the model writes. (A topic system prompt does not steer a small model.)"
+        },
+    )
 
     def __post_init__(self) -> None:
         for flag in ("num_queries", "batch_size", "max_new_tokens"):
@@ -69,20 +77,29 @@ def normalise(query: str) -> str:
 
 @torch.no_grad()
 def sample_batch(
-    model, tok: PreTrainedTokenizerBase, prefix: list[int], args: MagpieArgs, batch: int
+    model, tok: PreTrainedTokenizerBase, prefix: str, args: MagpieArgs, batch: int
 ) -> list[str | None]:
-    """One batch of sampled user turns; None where the turn did not end within max_new_tokens."""
+    """One batch of sampled user turns (after the batch's opener, see MagpieArgs.openers); None where the
+    turn did not end within max_new_tokens."""
     torch.manual_seed(args.seed * 1_000_003 + batch)
-    ids = torch.tensor([prefix] * args.batch_size)  # [B, P]
+    opener = opener_of(args.openers, batch)
+    ids = torch.tensor([tok(prefix + opener, add_special_tokens=False).input_ids] * args.batch_size)  # [B, P]
     end = tok.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tok.get_vocab() else tok.eos_token_id
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=args.temperature,
                          top_p=args.top_p, max_new_tokens=args.max_new_tokens, eos_token_id=end,
                          pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else end)  # fmt: skip
     queries: list[str | None] = []
-    for row in out[:, len(prefix) :].tolist():
+    for row in out[:, ids.shape[1] :].tolist():
         stop = next((i for i, t in enumerate(row) if t == end), None)
-        queries.append(None if stop is None else tok.decode(row[:stop], skip_special_tokens=True).strip())
+        text = None if stop is None else (opener + tok.decode(row[:stop], skip_special_tokens=True)).strip()
+        queries.append(text)
     return queries
+
+
+def opener_of(openers: list[str], batch: int) -> str:
+    """The opener of batch `batch`: none for one batch in len(openers) + 1, then each opener in turn."""
+    turn = batch % (len(openers) + 1)
+    return openers[turn - 1] if turn else ""
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -95,6 +112,8 @@ def main(argv: list[str] | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     check_model_path(args.model)
     settings = {k: v for k, v in asdict(args).items() if k not in ("output", "num_queries", "num_threads")}
+    if not args.openers:
+        del settings["openers"]  # partial files written before openers existed continue
     batches: list[list[str | None]] = []
     if partial.exists():
         lines = read_text(partial).splitlines()
@@ -112,7 +131,7 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         partial.write_text(json.dumps({"settings": settings}) + "\n", encoding="utf-8")
     tok = AutoTokenizer.from_pretrained(args.model)
-    prefix = tok(user_prefix(tok), add_special_tokens=False).input_ids
+    prefix = user_prefix(tok)
     kept = _keep([q for b in batches for q in b], args.min_chars)
     model = None
     with (
