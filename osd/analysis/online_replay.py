@@ -27,16 +27,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from osd.analysis.recording import PromptRecord, Recording, load_recording, paths
-from osd.analysis.simulate import replay_greedy
+from osd.analysis.recording import PromptRecord, Recording, load_recording, paths, tokenizer_identity
+from osd.analysis.simulate import Iteration, check_draft, replay_greedy
 from osd.conversations import load_conversations
 from osd.datafiles import refuse_overwrite
 from osd.demo import repo_relative
 from osd.demo.lm_training import IGNORE, Example
 from osd.demo.teacher_topk import TopK, topk_distillation
-from osd.spec.decoder import MAX_VOCAB_PADDING
+from osd.model_checks import load_pretrained
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.user_errors import run_main
 
@@ -55,10 +55,10 @@ class Recipe:
     weight_decay: float = 0.0
 
 
-def wrong_positions(rec_iterations: list, generated_before: list[int]) -> list[int]:
-    """Output positions where the target replaced a rejected draft token (n < k)."""
-    return [start + it.accepted for it, start in zip(rec_iterations, generated_before, strict=True)
-            if it.accepted < it.proposed]  # fmt: skip
+def wrong_positions(iterations: list[Iteration]) -> list[int]:
+    """Output positions where the target replaced a rejected draft token (n < k): an iteration that
+    ends with `matched_so_far` tokens put the target's own token at matched_so_far - 1."""
+    return [it.matched_so_far - 1 for it in iterations if it.accepted < it.proposed]
 
 
 def buffered(rec: PromptRecord, positions: list[int]) -> tuple[Example, TopK]:
@@ -73,18 +73,18 @@ def buffered(rec: PromptRecord, positions: list[int]) -> tuple[Example, TopK]:
 
 
 def replay(
-    recording: Recording, draft: PreTrainedModel, gamma: int, recipe: Recipe, learn: bool = True
+    recording: Recording,
+    draft: PreTrainedModel,
+    draft_tokenizer: dict,
+    gamma: int,
+    recipe: Recipe,
+    learn: bool = True,
 ) -> list[dict]:
     """Serve the recorded stream in order with `draft`, updating it per `recipe` (unless not `learn`).
     Returns per query: alpha_sum, counted positions, wrong positions."""
     if recording.header.get("top_k") is None:
         raise ValueError("online replay needs a recording with top-K (osd.analysis.record --top_k 32)")
-    rows = draft.get_output_embeddings().weight.shape[0]
-    if abs(rows - recording.header["vocab_rows"]) > MAX_VOCAB_PADDING:
-        raise ValueError(
-            f"draft vocabulary {rows} vs recorded target's {recording.header['vocab_rows']} rows"
-        )
-    vocab = min(rows, recording.header["vocab_rows"])
+    vocab = check_draft(recording, draft, draft_tokenizer, "--recording")
     eos = set() if recording.header["eos_token_id"] is None else {recording.header["eos_token_id"]}
     opt = torch.optim.AdamW(draft.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
     buffer: list[tuple[Example, TopK]] = []
@@ -92,8 +92,7 @@ def replay(
     for n, rec in enumerate(recording.prompts, start=1):
         draft.eval()
         sim = replay_greedy(draft, rec, gamma, len(rec.output_ids), eos, vocab)
-        starts = [it.matched_so_far - it.accepted - 1 for it in sim.iterations]
-        wrong = wrong_positions(sim.iterations, starts)
+        wrong = wrong_positions(sim.iterations)
         counted = sum(it.counted for it in sim.iterations)
         served.append({"id": rec.id, "alpha_sum": sum(it.alpha_sum for it in sim.iterations), "counted": counted,
                        "wrong": len(wrong)})  # fmt: skip
@@ -158,9 +157,10 @@ def main(argv: list[str] | None = None) -> dict:
     recipe = Recipe(**{k: getattr(args, k) for k in asdict(Recipe())})
     recording = load_recording(args.recording)
     groups = [r.get("dataset", "all") for r in load_conversations(args.stream)][: len(recording.prompts)]
-    draft = apply_draft_vocab(AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32))
-    standard = replay(recording, copy.deepcopy(draft), args.gamma, recipe, learn=False)
-    online = replay(recording, draft, args.gamma, recipe)
+    tokenizer = tokenizer_identity(load_pretrained(AutoTokenizer, args.draft))
+    draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=torch.float32))
+    standard = replay(recording, copy.deepcopy(draft), tokenizer, args.gamma, recipe, learn=False)
+    online = replay(recording, draft, tokenizer, args.gamma, recipe)
     result = {
         "recipe": asdict(recipe),
         "standard": summarize(standard, groups),

@@ -49,10 +49,6 @@ class SubVocabHead(nn.Module):
         self.compact = False
         self._cached: tuple[int, int, torch.Tensor] | None = None  # (data_ptr, version, rows) for serving
 
-    @property
-    def out_features(self) -> int:
-        return self.weight.shape[0]
-
     def _rows(self) -> torch.Tensor:
         """weight[token_ids] [V', H]; cached while the weight is unchanged and no gradient is needed."""
         if torch.is_grad_enabled() and self.weight.requires_grad:

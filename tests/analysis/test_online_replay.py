@@ -28,7 +28,7 @@ def stream():
 
 def test_without_learning_it_is_simulate(stream):
     draft, recording = stream
-    served = replay(recording, copy.deepcopy(draft), 3, Recipe(), learn=False)
+    served = replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(), learn=False)
     simulated = simulate(recording, draft, RANDOM_TOKENIZER, gamma=3)
     for s, sim in zip(served, simulated, strict=True):
         assert s["counted"] == sum(it.counted for it in sim.iterations)
@@ -50,7 +50,13 @@ def test_the_draft_changes_only_at_updates_and_learns(stream, monkeypatch):
         return real(model, *args, **kwargs)
 
     monkeypatch.setattr(module, "replay_greedy", spy)
-    replay(recording, draft, 3, Recipe(learning_rate=1e-2, update_interval=2, steps_per_update=2))
+    replay(
+        recording,
+        draft,
+        RANDOM_TOKENIZER,
+        3,
+        Recipe(learning_rate=1e-2, update_interval=2, steps_per_update=2),
+    )
     moved = [not torch.equal(a, b) for a, b in zip(snapshots, snapshots[1:], strict=False)]
     assert moved == [False, True, False, True, False]  # after queries 2 and 4 (6 ends the stream)
 
