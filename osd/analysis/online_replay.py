@@ -34,7 +34,7 @@ from osd.analysis.simulate import Iteration, check_draft, replay_greedy
 from osd.conversations import load_conversations
 from osd.datafiles import refuse_overwrite
 from osd.demo import repo_relative
-from osd.demo.lm_training import IGNORE, Example
+from osd.demo.lm_training import IGNORE, Example, train_lm
 from osd.demo.teacher_topk import TopK, topk_distillation
 from osd.model_checks import load_pretrained
 from osd.spec.draft_vocab import apply_draft_vocab
@@ -120,6 +120,37 @@ def _update(draft: PreTrainedModel, opt: torch.optim.Optimizer, buffer: list, st
     draft.eval()
 
 
+def offline_ceiling(
+    recording: Recording,
+    draft: PreTrainedModel,
+    draft_tokenizer: dict,
+    gamma: int,
+    groups: list[str],
+    steps: int,
+    batch_size: int = 8,
+    learning_rate: float = 1e-3,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Per group, the alpha offline distillation reaches with the whole group in hand: a copy of `draft`
+    distilled on all of the group's recorded queries (every output position, the target's top-K;
+    `steps` AdamW steps, warmup then cosine), then served on them; alpha over the group's last third,
+    as `summarize` reports the online run."""
+    out = {}
+    for group in dict.fromkeys(groups):
+        records = [r for r, g in zip(recording.prompts, groups, strict=True) if g == group]
+        pairs = [buffered(r, list(range(len(r.output_ids)))) for r in records]
+        student = copy.deepcopy(draft)
+        examples = [e for e, _ in pairs]
+        loss = topk_distillation(examples, [t for _, t in pairs])
+        train_lm(student, examples, steps, batch_size, learning_rate, max(1, steps // 10), seed, f"ceiling-{group}",
+                 batch_loss=loss)  # fmt: skip
+        served = replay(
+            Recording(recording.header, records), student, draft_tokenizer, gamma, Recipe(), learn=False
+        )
+        out[group] = summarize(served, [group] * len(served))[group]
+    return out
+
+
 def summarize(served: list[dict], groups: list[str], tail_fraction: float = 1 / 3) -> dict[str, float]:
     """Alpha per group over the last `tail_fraction` of each group's queries, and over all queries."""
     out = {}
@@ -145,6 +176,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--gamma", type=int, default=4)
     for name, value in asdict(Recipe()).items():
         parser.add_argument(f"--{name}", type=type(value), default=value)
+    parser.add_argument(
+        "--offline_steps", type=int, default=0,
+        help="also the offline ceiling: per group, the draft distilled for this many steps on all its queries",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON file: per-query alpha, the summary and the command")
@@ -159,19 +194,27 @@ def main(argv: list[str] | None = None) -> dict:
     groups = [r.get("dataset", "all") for r in load_conversations(args.stream)][: len(recording.prompts)]
     tokenizer = tokenizer_identity(load_pretrained(AutoTokenizer, args.draft))
     draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=torch.float32))
-    standard = replay(recording, copy.deepcopy(draft), tokenizer, args.gamma, recipe, learn=False)
+    standard_draft = copy.deepcopy(draft)  # untouched: serves the Standard run and starts the offline ceiling
+    standard = replay(recording, standard_draft, tokenizer, args.gamma, recipe, learn=False)
     online = replay(recording, draft, tokenizer, args.gamma, recipe)
     result = {
         "recipe": asdict(recipe),
         "standard": summarize(standard, groups),
         "online": summarize(online, groups),
     }
-    for name in ("standard", "online"):
+    if args.offline_steps:
+        result["offline"] = offline_ceiling(recording, standard_draft, tokenizer, args.gamma, groups,
+                                            args.offline_steps, seed=args.seed)  # fmt: skip
+    for name in ("standard", "online", "offline"):
+        if name not in result:
+            continue
         print(f"{name:9s} " + "  ".join(f"{g} {a:.3f}" for g, a in result[name].items()))
     if args.out:
         command = "python -m osd.analysis.online_replay " + " ".join(sys.argv[1:] if argv is None else argv)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        payload = {"command": command, **result, "queries": {"standard": standard, "online": online}}
+        draft_path = str(Path(args.draft).resolve()) if Path(args.draft).exists() else args.draft
+        payload = {"command": command, "draft": draft_path, **result,
+                   "queries": {"standard": standard, "online": online}}  # fmt: skip
         Path(args.out).write_text(json.dumps(repo_relative(payload), indent=1) + "\n")
     return result
 

@@ -34,7 +34,7 @@ from transformers import PrinterCallback, TrainerCallback
 
 from osd.conversations import save_conversations
 from osd.datafiles import refuse_overwrite
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
+from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.demo.target import TARGET_NAME
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DistillTrainingArguments
@@ -49,6 +49,7 @@ from osd.train import load_model, load_tokenizer
 from osd.user_errors import run_main
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
+CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling.json"
 
 
 class AlphaProgress(TrainerCallback):
@@ -101,11 +102,26 @@ def last_of_domain(stream: list[dict], domain: str, n: int) -> list[int]:
     return [i for i, r in enumerate(stream) if r["dataset"] == domain][-n:]
 
 
+def segment_lines(rows: list[dict]) -> dict[str, list[tuple[int, int, float]]]:
+    """Dotted lines over each domain's compared queries: Standard SD and, when recorded, the ceiling."""
+
+    def over(r: dict, alpha: float) -> tuple[int, int, float]:
+        return r["queries"][0], r["queries"][-1] + 1, alpha
+
+    lines = {"Standard (same queries)": [over(r, r["standard"]["alpha"]) for r in rows]}
+    if all("ceiling" in r for r in rows):
+        lines["offline-distilled ceiling (recorded run)"] = [over(r, r["ceiling"]) for r in rows]
+    return lines
+
+
 def print_tables(rows: list[dict], tail: int, gamma: int) -> None:
     print(f"\nlast {tail} queries of each domain in the stream (greedy, gamma {gamma}):")
-    print(f"{'domain':<10} {'Standard alpha':>15} {'online alpha':>13}")
+    print(f"{'domain':<10} {'Standard alpha':>15} {'online alpha':>13} {'offline ceiling':>16}")
     for r in rows:
-        print(f"{r['domain']:<10} {r['standard']['alpha']:>15.3f} {r['online']['alpha']:>13.3f}")
+        ceiling = f"{r['ceiling']:.3f}" if "ceiling" in r else "-"
+        print(
+            f"{r['domain']:<10} {r['standard']['alpha']:>15.3f} {r['online']['alpha']:>13.3f} {ceiling:>16}"
+        )
     print("\nlatency on the same queries, tokens/s (speedup over the target alone):")
     print(f"{'domain':<10} {'target only':>12} {'Standard SD':>18} {'online SD':>18}")
     for r in rows + [_total(rows)]:
@@ -125,6 +141,20 @@ def _total(rows: list[dict]) -> dict:
             "online": {k: add("online", k) for k in ("tokens", "s")}}  # fmt: skip
 
 
+def recorded_ceiling(path: str, stream: list[dict], draft: str) -> dict[str, float] | None:
+    """Per-domain alpha of the offline-distilled ceiling from an `osd.analysis.online_replay
+    --offline_steps` result, if it was recorded on this very stream and draft (else None, with a note)."""
+    if path == "none" or not Path(path).is_file():
+        return None
+    recorded = json.loads(Path(path).read_text())
+    same_stream = [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream]
+    same_draft = (REPO_ROOT / recorded["draft"]).resolve() == Path(draft).resolve()
+    if not (same_stream and same_draft and "offline" in recorded):
+        print(f"--ceiling {path}: recorded on another stream or draft; the plot has no ceiling line")
+        return None
+    return recorded["offline"]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -136,8 +166,14 @@ def main(argv: list[str] | None = None) -> dict:
         help="abrupt: one segment per domain, in --domains order; mix: the same queries interleaved at random",
     )  # fmt: skip
     parser.add_argument(
-        "--tail", type=int, default=6, help="queries at the end of each segment compared in the tables"
-    )
+        "--tail", type=int, default=None,
+        help="queries at the end of each segment compared in the tables (default: the last third)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ceiling", default=str(CEILING_PATH),
+        help="osd.analysis.online_replay --offline_steps result recorded on this stream and draft: the offline-"
+        "distilled ceiling drawn per domain ('none': no line)",
+    )  # fmt: skip
     parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
     parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--kl_method", default="forward")
@@ -164,6 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
+    args.tail = args.tail or max(1, round(args.per_domain / 3))
     setup_wandb(args.report_to)
     torch.set_num_threads(args.threads)
     out = Path(args.output_dir)
@@ -222,15 +259,17 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append({"domain": domain, "queries": indices,
                      "standard": serve_tail(decoder, prompts, args.max_new_tokens, tokenizer.eos_token_id),
                      "online": online_on(trainer.online.queries, indices)})  # fmt: skip
+    ceiling = recorded_ceiling(args.ceiling, stream, args.draft)
+    for r in rows if ceiling else ():
+        r["ceiling"] = ceiling[r["domain"]]
     entries = [e for e in read_log(out) if "alpha_window" in e]
     abrupt = args.stream == "abrupt"
-    standard_lines = [(r["queries"][0], r["queries"][-1] + 1, r["standard"]["alpha"]) for r in rows]
     png = plot_alpha(
         {"online": alpha_series(entries)},
         out / "alpha.png",
         window=args.tail,
         bands=dataset_bands([r["dataset"] for r in stream]) if abrupt else (),
-        segment_references={"Standard (same queries)": standard_lines} if abrupt else None,
+        segment_references=segment_lines(rows) if abrupt else None,
         title=f"Online SD, {TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name}: {args.per_domain} queries per domain ({args.stream}), "
         f"update every {args.update_interval}",
     )

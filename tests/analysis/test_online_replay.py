@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from osd.analysis.online_replay import Recipe, buffered, replay, summarize
+from osd.analysis.online_replay import Recipe, buffered, offline_ceiling, replay, summarize
 from osd.analysis.record import record_prompts
 from osd.analysis.simulate import simulate
 from osd.demo.lm_training import IGNORE
@@ -78,3 +78,15 @@ def test_summary_is_the_tail_of_each_group():
     served = [{"alpha_sum": a, "counted": 1} for a in (0.0, 0.0, 1.0, 0.5, 0.5, 0.0)]
     out = summarize(served, ["a", "a", "a", "b", "b", "b"])
     assert out == {"a": 1.0, "b": 0.0, "all": 2.0 / 6}
+
+
+def test_offline_ceiling_distils_each_group_apart_and_beats_the_untouched_draft(stream):
+    draft, recording = stream
+    groups = ["a"] * 3 + ["b"] * 3
+    before = copy.deepcopy(draft.state_dict())
+    ceiling = offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=30, batch_size=3,
+                              learning_rate=1e-2)  # fmt: skip
+    assert all(torch.equal(v, draft.state_dict()[k]) for k, v in before.items())  # the draft is not touched
+    standard = summarize(replay(recording, draft, RANDOM_TOKENIZER, 3, Recipe(), learn=False), groups)
+    assert set(ceiling) == {"a", "b"}
+    assert all(ceiling[g] > standard[g] for g in ("a", "b")), (ceiling, standard)

@@ -54,3 +54,27 @@ def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
     assert config["data_path"] == repo_relative(str(out / "stream.json"))
     assert (config["stream"], config["mode"], config["gamma"]) == ("abrupt-sql-code-x2", "online", 1)
     assert run_name(records) == "online-forward-g1-draft-teacher-abrupt-sql-code-x2"
+
+
+def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp_path, capsys):
+    from osd.analysis import online_replay, record
+
+    pair = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
+            "--draft_dtype", "float32", "--domains", "sql", "code", "--per_domain", "3", "--max_new_tokens", "6"]  # fmt: skip
+    main(pair + ["--output_dir", str(tmp_path / "first"), "--ceiling", "none"])
+    stream = tmp_path / "first" / "stream.json"
+    record.main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(stream), "--max_new_tokens", "6",
+                 "--top_k", "8", "--output", str(tmp_path / "rec")])  # fmt: skip
+    ceiling = tmp_path / "ceiling.json"
+    online_replay.main(["--recording", str(tmp_path / "rec"), "--stream", str(stream), "--draft",
+                        str(TINY_DRAFT_PATH), "--offline_steps", "3", "--out", str(ceiling)])  # fmt: skip
+    offline = json.loads(ceiling.read_text())["offline"]
+    summary = main(pair + ["--output_dir", str(tmp_path / "second"), "--ceiling", str(ceiling)])
+    assert {r["domain"]: r["ceiling"] for r in summary["domains"]} == offline
+    assert "offline ceiling" in capsys.readouterr().out
+
+    other = main(
+        pair + ["--per_domain", "2", "--output_dir", str(tmp_path / "third"), "--ceiling", str(ceiling)]
+    )
+    assert all("ceiling" not in r for r in other["domains"])  # another stream: no line, a note
+    assert "recorded on another stream or draft" in capsys.readouterr().out
