@@ -127,28 +127,36 @@ def offline_ceiling(
     gamma: int,
     groups: list[str],
     steps: int,
+    more: tuple[Recording, list[str]] | None = None,
     batch_size: int = 8,
     learning_rate: float = 1e-3,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Per group, the alpha offline distillation reaches with the whole group in hand: a copy of `draft`
-    distilled on all of the group's recorded queries (every output position, the target's top-K;
-    `steps` AdamW steps, warmup then cosine), then served on them; alpha over the group's last third,
-    as `summarize` reports the online run."""
+    """Per group, the alpha offline distillation reaches on the queries `summarize` reports (the group's
+    last third of the stream), never trained on: a copy of `draft` distilled on the group's earlier
+    queries and, from `more` (a recording and its groups), more of the group's training queries, at
+    every output position against the target's top-K (`steps` AdamW steps, warmup then cosine)."""
+    more_records, more_groups = more if more is not None else (Recording(recording.header, []), [])
     out = {}
     for group in dict.fromkeys(groups):
         records = [r for r, g in zip(recording.prompts, groups, strict=True) if g == group]
-        pairs = [buffered(r, list(range(len(r.output_ids)))) for r in records]
+        held_out = tail_length(len(records))
+        extra = [r for r, g in zip(more_records.prompts, more_groups, strict=True) if g == group]
+        pairs = [buffered(r, list(range(len(r.output_ids)))) for r in records[:-held_out] + extra]
         student = copy.deepcopy(draft)
         examples = [e for e, _ in pairs]
         loss = topk_distillation(examples, [t for _, t in pairs])
         train_lm(student, examples, steps, batch_size, learning_rate, max(1, steps // 10), seed, f"ceiling-{group}",
                  batch_loss=loss)  # fmt: skip
-        served = replay(
-            Recording(recording.header, records), student, draft_tokenizer, gamma, Recipe(), learn=False
-        )
-        out[group] = summarize(served, [group] * len(served))[group]
+        tail = Recording(recording.header, records[-held_out:])
+        served = replay(tail, student, draft_tokenizer, gamma, Recipe(), learn=False)
+        out[group] = summarize(served, [group] * len(served), tail_fraction=1.0)[group]
     return out
+
+
+def tail_length(n: int, tail_fraction: float = 1 / 3) -> int:
+    """How many of a group's n queries make its reported tail."""
+    return max(1, round(n * tail_fraction))
 
 
 def summarize(served: list[dict], groups: list[str], tail_fraction: float = 1 / 3) -> dict[str, float]:
@@ -156,7 +164,7 @@ def summarize(served: list[dict], groups: list[str], tail_fraction: float = 1 / 
     out = {}
     for group in dict.fromkeys(groups):
         mine = [s for s, g in zip(served, groups, strict=True) if g == group]
-        tail = mine[len(mine) - max(1, round(len(mine) * tail_fraction)) :]
+        tail = mine[len(mine) - tail_length(len(mine), tail_fraction) :]
         out[group] = sum(s["alpha_sum"] for s in tail) / max(1, sum(s["counted"] for s in tail))
     out["all"] = sum(s["alpha_sum"] for s in served) / max(1, sum(s["counted"] for s in served))
     return out
@@ -178,7 +186,12 @@ def main(argv: list[str] | None = None) -> dict:
         parser.add_argument(f"--{name}", type=type(value), default=value)
     parser.add_argument(
         "--offline_steps", type=int, default=0,
-        help="also the offline ceiling: per group, the draft distilled for this many steps on all its queries",
+        help="also the offline ceiling: per group, the draft distilled for this many steps on the group's "
+        "queries before its reported tail (and --offline_more's), then served on the tail",
+    )  # fmt: skip
+    parser.add_argument(
+        "--offline_more", nargs=2, metavar=("RECORDING", "CONVERSATIONS"),
+        help="more training queries for the offline ceiling: a recording with --top_k and its conversation file",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
@@ -203,8 +216,13 @@ def main(argv: list[str] | None = None) -> dict:
         "online": summarize(online, groups),
     }
     if args.offline_steps:
+        more = None
+        if args.offline_more:
+            more_recording = load_recording(args.offline_more[0])
+            more_groups = [r.get("dataset", "all") for r in load_conversations(args.offline_more[1])]
+            more = more_recording, more_groups[: len(more_recording.prompts)]
         result["offline"] = offline_ceiling(recording, standard_draft, tokenizer, args.gamma, groups,
-                                            args.offline_steps, seed=args.seed)  # fmt: skip
+                                            args.offline_steps, more, seed=args.seed)  # fmt: skip
     for name in ("standard", "online", "offline"):
         if name not in result:
             continue

@@ -80,13 +80,32 @@ def test_summary_is_the_tail_of_each_group():
     assert out == {"a": 1.0, "b": 0.0, "all": 2.0 / 6}
 
 
-def test_offline_ceiling_distils_each_group_apart_and_beats_the_untouched_draft(stream):
+def test_offline_ceiling_never_trains_on_the_tail_it_reports(stream, monkeypatch):
+    import osd.analysis.online_replay as module
+
     draft, recording = stream
     groups = ["a"] * 3 + ["b"] * 3
+    trained = []
+    real = module.train_lm
+    monkeypatch.setattr(
+        module,
+        "train_lm",
+        lambda m, examples, *a, **k: trained.append(examples) or real(m, examples, *a, **k),
+    )
     before = copy.deepcopy(draft.state_dict())
-    ceiling = offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=30, batch_size=3,
-                              learning_rate=1e-2)  # fmt: skip
+    offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=2, more=(recording, ["a"] * 6))
     assert all(torch.equal(v, draft.state_dict()[k]) for k, v in before.items())  # the draft is not touched
+    prompts = [r.prompt_ids + r.output_ids for r in recording.prompts]
+    a_only, b_only = ([ids for ids, _ in examples] for examples in trained)
+    assert a_only == prompts[:2] + prompts  # a's first two, then all of --offline_more's (all labelled "a")
+    assert b_only == prompts[3:5]  # b's tail (the last query) is held out
+
+
+def test_offline_ceiling_learns_what_it_is_given(stream):
+    draft, recording = stream
+    groups = ["a"] * 3 + ["b"] * 3
+    ceiling = offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=30, more=(recording, groups),
+                              batch_size=3, learning_rate=1e-2)  # fmt: skip
     standard = summarize(replay(recording, draft, RANDOM_TOKENIZER, 3, Recipe(), learn=False), groups)
     assert set(ceiling) == {"a", "b"}
     assert all(ceiling[g] > standard[g] for g in ("a", "b")), (ceiling, standard)
