@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> dict:
         "distilled ceiling drawn per domain ('none': no line)",
     )  # fmt: skip
     parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
+    parser.add_argument(
+        "--replay", type=int, default=0, help="--online_replay_queries: recent queries each update revisits"
+    )
     parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--kl_method", default="forward")
     parser.add_argument(
@@ -226,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
         learning_rate=args.learning_rate, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0,
         kl_method=args.kl_method, online_loss_positions=args.loss_positions, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
-        online_update_interval=args.update_interval, online_eval_interval=1, online_alpha_window=args.tail,
+        online_update_interval=args.update_interval, online_replay_queries=args.replay, online_eval_interval=1, online_alpha_window=args.tail,
         draft_serving_dtype=args.draft_dtype, eval_on_start=False, save_strategy="no", logging_steps=10**9,
         report_to=args.report_to, run_name=args.run_name, use_cpu=True, disable_tqdm=True, seed=0,
     )  # fmt: skip

@@ -150,6 +150,13 @@ class DistillTrainingArguments(TrainingArguments):
     online_update_interval: int = field(
         default=1, metadata={"help": "Online mode: take one distillation step every this many queries."}
     )
+    online_replay_queries: int = field(
+        default=0,
+        metadata={
+            "help": "Online mode: keep this many recently served queries in the buffer after an update, so the "
+            "next update revisits them beside the new ones (0: the paper's buffer, emptied at each update)."
+        },
+    )
     online_loss_positions: str = field(
         default="wrong",
         metadata={
@@ -258,6 +265,8 @@ class DistillTrainingArguments(TrainingArguments):
         ):
             if getattr(self, flag) < 1:
                 raise ValueError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
+        if self.online_replay_queries < 0:
+            raise ValueError(f"--online_replay_queries must be >= 0, got {self.online_replay_queries}")
         if (self.draft_vocab_size is None) != (self.draft_vocab_counts is None):
             raise ValueError(
                 "--draft_vocab_size and --draft_vocab_counts go together (the size, and the file to pick from)"

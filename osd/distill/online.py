@@ -12,7 +12,8 @@ The loop, one Trainer step per --per_device_train_batch_size queries of the stre
     update  once a buffer holds --online_update_interval queries (checked at the end of each step,
             so with batches it may hold a few more): ONE student forward per buffered sequence, the
             --kl_method divergence at the loss positions against the buffered target logits (no
-            second teacher forward), backward, then Trainer's optimizer step; the buffer is cleared.
+            second teacher forward), backward, then Trainer's optimizer step; the buffer is cleared,
+            but for its last --online_replay_queries queries, which the next update revisits.
 
 With --online_background_update the update leaves the serving path: an update due after step n
 runs its forward and backward in a worker thread while step n + 1 is served (by the serving copy,
@@ -31,8 +32,8 @@ model the decoder input is [start] + generated[:-1] and row i predicts generated
 
 Buffer and memory. Each buffered query keeps, on the CPU, its token ids and the target's logits
 at its W loss positions only, in float16 (clamped to +-6e4 so nothing overflows): 2*V bytes per
-loss position (64 KB for V = 32000). The buffer holds at most --online_update_interval queries
-per draft; a run whose update interval exceeds the stream (a static baseline) keeps nothing.
+loss position (64 KB for V = 32000). The buffer holds at most --online_update_interval +
+--online_replay_queries queries per draft; a run whose update interval exceeds the stream (a static baseline) keeps nothing.
 The student's logits are recomputed at the update (they change between updates).
 
 Optimizer cadence. A Trainer step serves --per_device_train_batch_size queries (gradient
@@ -59,7 +60,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +104,11 @@ class BufferedQuery:
     generated_ids: torch.Tensor  # [N]
     positions: torch.Tensor  # [W] indices into generated_ids where the loss counts
     target_logits: torch.Tensor  # [W, V] the target's logits that produced generated_ids[positions]
+    replayed: bool = False  # kept from an earlier update (--online_replay_queries)
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in asdict(self).values())
+        return sum(t.numel() * t.element_size() for t in asdict(self).values() if isinstance(t, torch.Tensor))
 
 
 def buffer_query(
@@ -353,13 +355,21 @@ class OnlineDistillTrainer(DistillTrainer):
             return loss  # a due background update starts with the next step
         self._updated_this_step = True  # (the stream's last update has no step to overlap: it runs here)
         for key in due:  # drafts of different routes: disjoint parameters, one optimizer step
-            loss = self._update(self._draft_for(key), self.buffers[key])
-            self.buffers[key].clear()
+            loss = self._update(self._draft_for(key), self._take_for_update(key))
             self._stale.add(key)  # Trainer steps the optimizer after this: the serving copy is out of date
         return loss
 
     def _due_keys(self) -> list[str]:
-        return [k for k, b in self.buffers.items() if len(b) >= self.args.online_update_interval]
+        """Buffers holding --online_update_interval queries served since their last update."""
+        interval = self.args.online_update_interval
+        return [k for k, b in self.buffers.items() if sum(not q.replayed for q in b) >= interval]
+
+    def _take_for_update(self, key: str) -> list[BufferedQuery]:
+        """The buffer an update trains on; what stays for the next one: its last --online_replay_queries."""
+        buffer, keep = self.buffers.pop(key), self.args.online_replay_queries
+        if keep:
+            self.buffers[key] = [replace(q, replayed=True) for q in buffer[-keep:]]
+        return buffer
 
     def _serving_draft(self, key: str, draft: PreTrainedModel) -> PreTrainedModel:
         """The draft as served: itself, or its copy in --draft_serving_dtype, refreshed after its updates.
@@ -447,7 +457,7 @@ class OnlineDistillTrainer(DistillTrainer):
 
     def _start_due_updates(self) -> Future | None:
         """Start, in the worker thread, the updates of the buffers that filled at the previous step."""
-        due = {key: self.buffers.pop(key) for key in self._due_keys()}
+        due = {key: self._take_for_update(key) for key in self._due_keys()}
         return self._worker_pool().submit(self._background_backward, due) if due else None
 
     def _background_backward(

@@ -205,6 +205,26 @@ def test_student_changes_only_at_update_steps(tmp_path):
     assert [e["step"] for e in lines if "learning_rate" in e] == [2, 4, 6]
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_replay_keeps_the_last_queries_for_the_next_update(tmp_path, background):
+    """--online_replay_queries 1, an update every 2 queries: updates train on q0 q1, then q1 q2 q3, then
+    q3 q4 q5 (the kept query does not count towards the interval), and the buffer ends holding q5."""
+    draft, target = make_pair()
+    stream = write_stream(tmp_path / "stream.json", 6)
+    trainer = make_trainer(tmp_path, stream, draft, target, online_update_interval=2, online_replay_queries=1,
+                           online_background_update=background)  # fmt: skip
+    trained, backward = [], trainer._backward
+    trainer._backward = lambda d, buffer: (
+        trained.append([q.input_ids.tolist() for q in buffer]) or backward(d, buffer)
+    )
+    trainer.train()
+    prompts = [list(trainer.train_dataset[i]["prompt_ids"]) for i in range(6)]
+    assert len({tuple(p) for p in prompts}) == 6
+    assert trained == [prompts[0:2], prompts[1:4], prompts[3:6]]
+    assert trainer.online.updates == 3
+    assert [q.replayed for q in trainer.buffers["shared"]] == [True]
+
+
 def test_logs_alpha_per_group_as_the_engine_measures_it(tmp_path):
     draft, target = make_pair()
     stream = write_stream(tmp_path / "stream.json", 6, datasets=("a", "a", "b"))
@@ -245,14 +265,17 @@ class StopAt(TrainerCallback):
 
 
 @pytest.mark.parametrize(
-    "background, save_steps, stop",
-    [(False, 3, 5), (True, 2, 3)],  # checkpoint-3: one buffered query; checkpoint-2: a background update due
+    "background, save_steps, stop, replay",
+    # checkpoint-3: one buffered query (with replay: a kept one and a new one); checkpoint-2: a background update due
+    [(False, 3, 5, 0), (True, 2, 3, 0), (False, 3, 5, 1)],
 )
-def test_resume_continues_exactly_without_lost_or_duplicated_metrics(tmp_path, background, save_steps, stop):
+def test_resume_continues_exactly_without_lost_or_duplicated_metrics(
+    tmp_path, background, save_steps, stop, replay
+):
     draft, target = make_pair()
     stream = write_stream(tmp_path / "stream.json", 8)
     save = dict(save_strategy="steps", save_steps=save_steps, online_update_interval=2,
-                online_background_update=background)  # fmt: skip
+                online_background_update=background, online_replay_queries=replay)  # fmt: skip
 
     reference = make_trainer(tmp_path / "uninterrupted", stream, copy.deepcopy(draft), target, **save)
     reference.train()
