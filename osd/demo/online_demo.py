@@ -1,17 +1,21 @@
 """Online speculative decoding on the embedded default: the draft learns the stream it serves.
 
-    python -m osd.demo.online_demo                      # about 5 minutes on a 2-core CPU
-    python -m osd.demo.online_demo --per_domain 150 --update_interval 8 --output_dir outputs/online_demo_long
+    python -m osd.demo.online_demo                      # about 7 minutes on a 2-core CPU
+    python -m osd.demo.online_demo --per_domain 150 --output_dir outputs/online_demo_long
 
 A stream of queries from the local workload shifts abruptly from one domain to the next
 (--per_domain queries each, in --domains order). Each query is served by speculative decoding
 with the demo draft and the target, SmolLM2-135M-Instruct in bf16 (gamma = --gamma, greedy);
-every --update_interval queries the draft takes one distillation step on the tokens it got
-wrong (osd.distill.online, the same trainer as `python -m osd.train --mode online`). The draft
+every --update_interval queries the draft takes one distillation step on the tokens it served
+(every token by default, the ones it got wrong with --loss_positions wrong; osd.distill.online, the
+same trainer as `python -m osd.train --mode online`). The default recipe (lr 3e-4, an update per
+query on every token, no replay) was chosen by replaying recipes over a recording of this stream
+(`osd.analysis.online_replay`; benchmarks/results/online_demo/). The draft
 trains in float32 and serves as a bf16 copy refreshed after each update. A progress bar shows
 alpha as it rises. At the end, on the last --tail queries of each domain segment, one table
 compares alpha of Standard speculative decoding (the untouched draft) with the online draft as
-it served them, and one compares latency: the target alone, Standard SD and the online draft
+it served them and, when one was recorded on this stream (--ceiling), with an offline-distilled
+draft (the ceiling), and one compares latency: the target alone, Standard SD and the online draft
 (tokens/s and speedup; the online figures are the engine's times while serving the stream, the
 updates apart, whose share is printed too). A PNG plots alpha over the stream.
 Outputs: {output_dir}/alpha.png, summary.json, metrics.jsonl, the final draft. With --report_to wandb
@@ -160,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), help="stream order of the domains")
-    parser.add_argument("--per_domain", type=int, default=12, help="queries per domain segment")
+    parser.add_argument("--per_domain", type=int, default=30, help="queries per domain segment")
     parser.add_argument(
         "--stream", choices=["abrupt", "mix"], default="abrupt",
         help="abrupt: one segment per domain, in --domains order; mix: the same queries interleaved at random",
@@ -181,11 +185,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--kl_method", default="forward")
     parser.add_argument(
-        "--loss_positions", choices=["wrong", "all"], default="wrong",
+        "--loss_positions", choices=["wrong", "all"], default="all",
         help="--online_loss_positions: distil where the draft was wrong (the paper) or on every served token",
     )  # fmt: skip
     parser.add_argument(
-        "--gamma", type=int, default=1, help="draft tokens per step (osd.cost_model.best_gamma for this pair)"
+        "--gamma", type=int, default=2, help="draft tokens per step (osd.cost_model.best_gamma for this pair)"
     )
     parser.add_argument("--max_new_tokens", type=int, default=48)
     parser.add_argument("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")

@@ -24,6 +24,7 @@ from osd.demo import (
 from osd.distill.data import ConversationDataset
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
+from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids
 from tests.spec.test_mixed_precision import BF16_EPS, _first_divergence
 
 needs_target = pytest.mark.skipif(
@@ -93,6 +94,18 @@ def test_default_draft_is_small_and_shares_the_tokenizer(default_pair):
     assert n_draft <= 0.15 * n_target, (n_draft, n_target)
     assert draft.config.vocab_size == target.config.vocab_size == len(tok)
     assert 0 < _safetensors_bytes(DRAFT_PATH) <= 40 * 2**20
+
+
+@needs_target
+def test_default_draft_is_a_general_draft_with_a_sub_vocabulary_head(default_pair):
+    """The draft predicts 8192 frequent tokens plus the special ones, and was built on a corpus that shares
+    no query and no 8-word run with the workload (its build metrics record the check)."""
+    draft, _, tok = default_pair
+    ids = draft_vocab_ids(apply_draft_vocab(draft))
+    assert ids is not None and set(tok.all_special_ids) <= set(ids.tolist())
+    assert 8192 <= len(ids) <= 8192 + len(tok.all_special_ids)
+    overlap = json.loads((DRAFT_PATH / "build_metrics.json").read_text())["overlap_with_workload"]
+    assert overlap["corpus_queries"] >= 3000 and overlap["identical"] == overlap["sharing_an_8_word_run"] == 0
 
 
 @needs_target

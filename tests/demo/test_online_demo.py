@@ -52,8 +52,8 @@ def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
     assert config["student_model_path"] == repo_relative(str(TINY_DRAFT_PATH))
     assert config["teacher_model_path"] == repo_relative(str(TINY_TEACHER_PATH))
     assert config["data_path"] == repo_relative(str(out / "stream.json"))
-    assert (config["stream"], config["mode"], config["gamma"]) == ("abrupt-sql-code-x2", "online", 1)
-    assert run_name(records) == "online-forward-g1-draft-teacher-abrupt-sql-code-x2"
+    assert (config["stream"], config["mode"], config["gamma"]) == ("abrupt-sql-code-x2", "online", 2)
+    assert run_name(records) == "online-forward-g2-draft-teacher-abrupt-sql-code-x2"
 
 
 def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp_path, capsys):
