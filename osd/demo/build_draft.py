@@ -92,7 +92,9 @@ class DraftBuildConfig:
             "help": "Also distil on the Python reference manual's prose (pydoc_data.topics) as plain text."
         },
     )
-    steps: int = field(default=1200, metadata={"help": "Optimizer steps (6.4 epochs of the 3000-answer corpus)."})
+    steps: int = field(
+        default=1200, metadata={"help": "Optimizer steps (6.4 epochs of the 3000-answer corpus)."}
+    )
     batch_size: int = field(default=16, metadata={"help": "Examples per step."})
     lr: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
     warmup_steps: int = field(default=40, metadata={"help": "Linear warmup, then cosine decay to 10%."})
