@@ -16,14 +16,16 @@ import argparse
 import torch
 from transformers import PreTrainedModel
 
+from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import step_time
 
 
 def cost_ratio(
     draft: PreTrainedModel, target: PreTrainedModel, context: int = 64
 ) -> tuple[float, float, float]:
-    """(c, draft step seconds, target step seconds)."""
-    t_draft, t_target = step_time(draft, context), step_time(target, context)
+    """(c, draft step seconds, target step seconds); the draft as it serves, with its sub-vocabulary head
+    when its config names one (`osd.spec.draft_vocab`)."""
+    t_draft, t_target = step_time(apply_draft_vocab(draft), context), step_time(target, context)
     return t_draft / t_target, t_draft, t_target
 
 
