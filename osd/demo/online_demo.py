@@ -36,6 +36,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PrinterCallback, TrainerCallback
 
+from osd.analysis.online_replay import tail_length
 from osd.conversations import save_conversations
 from osd.datafiles import refuse_overwrite
 from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
-    args.tail = args.tail or max(1, round(args.per_domain / 3))
+    args.tail = args.tail or tail_length(args.per_domain)  # the part of a block the recorded ceiling reports
     setup_wandb(args.report_to)
     torch.set_num_threads(args.threads)
     out = Path(args.output_dir)

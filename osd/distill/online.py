@@ -33,7 +33,8 @@ model the decoder input is [start] + generated[:-1] and row i predicts generated
 Buffer and memory. Each buffered query keeps, on the CPU, its token ids and the target's logits
 at its W loss positions only, in float16 (clamped to +-6e4 so nothing overflows): 2*V bytes per
 loss position (64 KB for V = 32000). The buffer holds at most --online_update_interval +
---online_replay_queries queries per draft; a run whose update interval exceeds the stream (a static baseline) keeps nothing.
+--online_replay_queries queries per draft; a run whose update interval exceeds the stream (a
+static baseline) keeps nothing.
 The student's logits are recomputed at the update (they change between updates).
 
 Optimizer cadence. A Trainer step serves --per_device_train_batch_size queries (gradient
