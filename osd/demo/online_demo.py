@@ -183,7 +183,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--replay", type=int, default=0, help="--online_replay_queries: recent queries each update revisits"
     )
-    parser.add_argument("--learning_rate", type=float, default=3e-4)
+    parser.add_argument(
+        "--steps_per_update", type=int, default=4, help="--online_steps_per_update: optimizer steps per update"
+    )
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument(
+        "--background_update", action=argparse.BooleanOptionalAction, default=True,
+        help="--online_background_update: the update runs on a second core while the next query is served",
+    )  # fmt: skip
     parser.add_argument("--kl_method", default="forward")
     parser.add_argument(
         "--loss_positions", choices=["wrong", "all"], default="all",
@@ -234,7 +241,8 @@ def main(argv: list[str] | None = None) -> dict:
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
         learning_rate=args.learning_rate, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0,
         kl_method=args.kl_method, online_loss_positions=args.loss_positions, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
-        online_update_interval=args.update_interval, online_replay_queries=args.replay, online_eval_interval=1, online_alpha_window=args.tail,
+        online_update_interval=args.update_interval, online_steps_per_update=args.steps_per_update, online_replay_queries=args.replay,
+        online_background_update=args.background_update, online_eval_interval=1, online_alpha_window=args.tail,
         draft_serving_dtype=args.draft_dtype, eval_on_start=False, save_strategy="no", logging_steps=10**9,
         report_to=args.report_to, run_name=args.run_name, use_cpu=True, disable_tqdm=True, seed=0,
     )  # fmt: skip
@@ -282,11 +290,13 @@ def main(argv: list[str] | None = None) -> dict:
         f"update every {args.update_interval}",
     )
     summary = {"args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates,
-               "update_time_share": trainer.online.update_time_s / trainer.online.serve_time_s}  # fmt: skip
+               "update_time_share": trainer.online.update_time_s / trainer.online.serve_time_s,
+               "background_update_share": trainer.online.background_update_time_s / trainer.online.serve_time_s}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(repo_relative(summary), indent=1))
     print_tables(rows, args.tail, args.gamma)
     print(
-        f"update time / serving time: {summary['update_time_share']:.3f} ({trainer.online.updates} updates)"
+        f"update time / serving time: {summary['update_time_share']:.3f} on the serving path, "
+        f"{summary['background_update_share']:.3f} in the background ({trainer.online.updates} updates)"
     )
     print(f"plot: {png}")
     return summary

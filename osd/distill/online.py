@@ -12,8 +12,10 @@ The loop, one Trainer step per --per_device_train_batch_size queries of the stre
     update  once a buffer holds --online_update_interval queries (checked at the end of each step,
             so with batches it may hold a few more): ONE student forward per buffered sequence, the
             --kl_method divergence at the loss positions against the buffered target logits (no
-            second teacher forward), backward, then Trainer's optimizer step; the buffer is cleared,
-            but for its last --online_replay_queries queries, which the next update revisits.
+            second teacher forward), backward, then Trainer's optimizer step (with
+            --online_steps_per_update K, K - 1 such steps are taken first, within the update, at the
+            scheduler's current lr); the buffer is cleared, but for its last --online_replay_queries
+            queries, which the next update revisits.
 
 With --online_background_update the update leaves the serving path: an update due after step n
 runs its forward and backward in a worker thread while step n + 1 is served (by the serving copy,
@@ -355,10 +357,11 @@ class OnlineDistillTrainer(DistillTrainer):
         if not due or (self.args.online_background_update and not last_step):
             return loss  # a due background update starts with the next step
         self._updated_this_step = True  # (the stream's last update has no step to overlap: it runs here)
-        for key in due:  # drafts of different routes: disjoint parameters, one optimizer step
-            loss = self._update(self._draft_for(key), self._take_for_update(key))
-            self._stale.add(key)  # Trainer steps the optimizer after this: the serving copy is out of date
-        return loss
+        start = time.perf_counter()
+        losses = self._backward_due({key: self._take_for_update(key) for key in due})
+        self.online.update_time_s += time.perf_counter() - start
+        self._stale.update(losses)  # Trainer steps the optimizer after this: the serving copies are out of date
+        return [self._count_update(loss) for loss in losses.values()][-1]
 
     def _due_keys(self) -> list[str]:
         """Buffers holding --online_update_interval queries served since their last update."""
@@ -422,12 +425,23 @@ class OnlineDistillTrainer(DistillTrainer):
         self.online.serve_time_s += time.perf_counter() - start
         return outs
 
-    def _update(self, draft: PreTrainedModel, buffer: list[BufferedQuery]) -> torch.Tensor:
-        """Back-propagate the distillation loss on the buffer (Trainer then steps the optimizer)."""
-        start = time.perf_counter()
-        loss = self._backward(draft, buffer)
-        self.online.update_time_s += time.perf_counter() - start
-        return self._count_update(loss)
+    def _backward_due(self, due: dict[str, list[BufferedQuery]]) -> dict[str, torch.Tensor | None]:
+        """The updates of the due buffers: --online_steps_per_update - 1 optimizer steps here, then the last
+        backward, whose grads the caller's optimizer step uses. Drafts of different routes have disjoint
+        parameters: each step back-propagates every due buffer, then steps once (as Trainer does)."""
+        for _ in range(self.args.online_steps_per_update - 1):
+            for key, buffer in due.items():
+                self._backward(self._draft_for(key), buffer)
+            self._optimizer_step()
+        return {key: self._backward(self._draft_for(key), buffer) for key, buffer in due.items()}
+
+    def _optimizer_step(self) -> None:
+        """Clip (--max_grad_norm), step and clear the grads, as Trainer's step does (the scheduler stays)."""
+        model = self.accelerator.unwrap_model(self.model)
+        if self.args.max_grad_norm > 0:
+            self._clip_grad_norm(model)
+        self.optimizer.step()
+        model.zero_grad()
 
     def _backward(self, draft: PreTrainedModel, buffer: list[BufferedQuery]) -> torch.Tensor | None:
         """The buffer's distillation loss, back-propagated into the draft's grads (None: no loss position)."""
@@ -464,9 +478,10 @@ class OnlineDistillTrainer(DistillTrainer):
     def _background_backward(
         self, due: dict[str, list[BufferedQuery]]
     ) -> tuple[dict[str, torch.Tensor | None], float]:
-        """Worker thread: forward and backward on each due buffer (the drafts' weights do not change meanwhile)."""
+        """Worker thread: the due updates up to their last optimizer step (only the worker touches the drafts
+        and the optimizer meanwhile: the serving copies serve)."""
         start = time.perf_counter()
-        losses = {key: self._backward(self._draft_for(key), buffer) for key, buffer in due.items()}
+        losses = self._backward_due(due)
         return losses, time.perf_counter() - start
 
     def _finish_background_update(self, job: Future) -> torch.Tensor:
@@ -474,11 +489,7 @@ class OnlineDistillTrainer(DistillTrainer):
         start = time.perf_counter()
         losses, compute_s = job.result()  # the wait, if any, is on the serving path
         self.online.background_update_time_s += compute_s
-        model = self.accelerator.unwrap_model(self.model)
-        if self.args.max_grad_norm > 0:
-            self._clip_grad_norm(model)
-        self.optimizer.step()  # Trainer's own step after this one finds no grads and changes nothing
-        model.zero_grad()
+        self._optimizer_step()  # Trainer's own step after this one finds no grads and changes nothing
         self._stale.update(losses)
         self.online.update_time_s += time.perf_counter() - start
         return [self._count_update(loss) for loss in losses.values()][-1]
