@@ -54,7 +54,10 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument("--num_prompts", type=int, default=8, help="prompts per data file")
     ap.add_argument(
-        "--gamma", type=int, default=2, help="draft tokens per step (best_gamma for the demo pair: c 0.035, alpha 0.36)"
+        "--gamma",
+        type=int,
+        default=2,
+        help="draft tokens per step (best_gamma for the demo pair: c 0.035, alpha 0.36)",
     )
     ap.add_argument("--max_new_tokens", type=int, default=64)
     ap.add_argument(

@@ -184,7 +184,10 @@ def main(argv: list[str] | None = None) -> dict:
         "--replay", type=int, default=0, help="--online_replay_queries: recent queries each update revisits"
     )
     parser.add_argument(
-        "--steps_per_update", type=int, default=4, help="--online_steps_per_update: optimizer steps per update"
+        "--steps_per_update",
+        type=int,
+        default=4,
+        help="--online_steps_per_update: optimizer steps per update",
     )
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument(

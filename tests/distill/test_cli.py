@@ -103,7 +103,9 @@ def test_bad_max_propose_num_names_the_flag(value, tmp_path):
     assert DistillTrainingArguments(output_dir=str(tmp_path), max_propose_num="3").max_propose_num == 3
 
 
-@pytest.mark.parametrize("flag", ["online_update_interval", "online_steps_per_update", "online_eval_interval"])
+@pytest.mark.parametrize(
+    "flag", ["online_update_interval", "online_steps_per_update", "online_eval_interval"]
+)
 def test_online_counts_below_one_name_the_flag(flag, tmp_path):
     from osd.distill.config import DistillTrainingArguments
 
