@@ -6,12 +6,14 @@
 A stream of queries from the local workload shifts abruptly from one domain to the next
 (--per_domain queries each, in --domains order). Each query is served by speculative decoding
 with the demo draft and the target, SmolLM2-135M-Instruct in bf16 (gamma = --gamma, greedy);
-every --update_interval queries the draft takes one distillation step on the tokens it served
-(every token by default, the ones it got wrong with --loss_positions wrong; osd.distill.online, the
-same trainer as `python -m osd.train --mode online`). The default recipe (lr 3e-4, an update per
-query on every token, no replay) was chosen by replaying recipes over a recording of this stream
-(`osd.analysis.online_replay`; benchmarks/results/online_demo/). The draft
-trains in float32 and serves as a bf16 copy refreshed after each update. A progress bar shows
+every --update_interval queries the draft takes --steps_per_update distillation steps on the tokens
+it served (every token by default, the ones it got wrong with --loss_positions wrong;
+osd.distill.online, the same trainer as `python -m osd.train --mode online`). The default recipe
+(gamma 3; lr 1e-4, four steps per query on every served token, no replay) was chosen by replaying
+recipes over a recording of this stream (`osd.analysis.online_replay`; benchmarks/results/online_demo/).
+The draft trains in float32 and serves as a bf16 copy refreshed after each update; the update runs
+in a worker thread on a second core while the next query is served (--no-background_update: on the
+serving path), so each update serves from the query after next. A progress bar shows
 alpha as it rises. At the end, on the last --tail queries of each domain segment, one table
 compares alpha of Standard speculative decoding (the untouched draft) with the online draft as
 it served them and, when one was recorded on this stream (--ceiling), with an offline-distilled
@@ -146,16 +148,22 @@ def _total(rows: list[dict]) -> dict:
             "online": {k: add("online", k) for k in ("tokens", "s")}}  # fmt: skip
 
 
-def recorded_ceiling(path: str, stream: list[dict], draft: str) -> dict[str, float] | None:
+def recorded_ceiling(path: str, stream: list[dict], args: argparse.Namespace) -> dict[str, float] | None:
     """Per-domain alpha of the offline-distilled ceiling from an `osd.analysis.online_replay
-    --offline_steps` result, if it was recorded on this very stream and draft (else None, with a note)."""
+    --offline_steps` result, if it was recorded on this very stream, draft and gamma, over the tail the
+    tables compare (the last third of each block); else None, with a note."""
     if path == "none" or not Path(path).is_file():
         return None
     recorded = json.loads(Path(path).read_text())
-    same_stream = [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream]
-    same_draft = (REPO_ROOT / recorded["draft"]).resolve() == Path(draft).resolve()
-    if not (same_stream and same_draft and "offline" in recorded):
-        print(f"--ceiling {path}: recorded on another stream or draft; the plot has no ceiling line")
+    same = {
+        "stream": [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream],
+        "draft": (REPO_ROOT / recorded["draft"]).resolve() == Path(args.draft).resolve(),
+        "gamma": recorded.get("gamma") == args.gamma,
+        "tail": args.tail == tail_length(args.per_domain),
+    }
+    if not all(same.values()) or "offline" not in recorded:
+        differ = [k for k, v in same.items() if not v] or ["no offline run"]
+        print(f"--ceiling {path}: recorded with another {', '.join(differ)}; the plot has no ceiling line")
         return None
     return recorded["offline"]
 
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="--online_loss_positions: distil where the draft was wrong (the paper) or on every served token",
     )  # fmt: skip
     parser.add_argument(
-        "--gamma", type=int, default=2, help="draft tokens per step (osd.cost_model.best_gamma for this pair)"
+        "--gamma", type=int, default=3, help="draft tokens per step (osd.cost_model.best_gamma for this pair)"
     )
     parser.add_argument("--max_new_tokens", type=int, default=48)
     parser.add_argument("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
@@ -278,7 +286,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append({"domain": domain, "queries": indices,
                      "standard": serve_tail(decoder, prompts, args.max_new_tokens, tokenizer.eos_token_id),
                      "online": online_on(trainer.online.queries, indices)})  # fmt: skip
-    ceiling = recorded_ceiling(args.ceiling, stream, args.draft)
+    ceiling = recorded_ceiling(args.ceiling, stream, args)
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
     entries = [e for e in read_log(out) if "alpha_window" in e]

@@ -52,8 +52,8 @@ def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
     assert config["student_model_path"] == repo_relative(str(TINY_DRAFT_PATH))
     assert config["teacher_model_path"] == repo_relative(str(TINY_TEACHER_PATH))
     assert config["data_path"] == repo_relative(str(out / "stream.json"))
-    assert (config["stream"], config["mode"], config["gamma"]) == ("abrupt-sql-code-x2", "online", 2)
-    assert run_name(records) == "online-forward-g2-draft-teacher-abrupt-sql-code-x2"
+    assert (config["stream"], config["mode"], config["gamma"]) == ("abrupt-sql-code-x2", "online", 3)
+    assert run_name(records) == "online-forward-g3-draft-teacher-abrupt-sql-code-x2"
 
 
 def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp_path, capsys):
@@ -67,7 +67,7 @@ def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp
                  "--top_k", "8", "--output", str(tmp_path / "rec")])  # fmt: skip
     ceiling = tmp_path / "ceiling.json"
     online_replay.main(["--recording", str(tmp_path / "rec"), "--stream", str(stream), "--draft",
-                        str(TINY_DRAFT_PATH), "--offline_steps", "3", "--out", str(ceiling)])  # fmt: skip
+                        str(TINY_DRAFT_PATH), "--gamma", "3", "--offline_steps", "3", "--out", str(ceiling)])  # fmt: skip
     offline = json.loads(ceiling.read_text())["offline"]
     summary = main(pair + ["--output_dir", str(tmp_path / "second"), "--ceiling", str(ceiling)])
     assert {r["domain"]: r["ceiling"] for r in summary["domains"]} == offline
@@ -77,4 +77,8 @@ def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp
         pair + ["--per_domain", "2", "--output_dir", str(tmp_path / "third"), "--ceiling", str(ceiling)]
     )
     assert all("ceiling" not in r for r in other["domains"])  # another stream: no line, a note
-    assert "recorded on another stream or draft" in capsys.readouterr().out
+    assert "recorded with another stream; the plot has no ceiling line" in capsys.readouterr().out
+    for flags, differ in ((["--gamma", "2"], "gamma"), (["--tail", "2"], "tail")):
+        other = main(pair + flags + ["--output_dir", str(tmp_path / differ), "--ceiling", str(ceiling)])
+        assert all("ceiling" not in r for r in other["domains"])
+        assert f"recorded with another {differ};" in capsys.readouterr().out
