@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--update_interval", type=int, default=8)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument("--steps_per_update", type=int, default=1, help="--online_steps_per_update")
+    parser.add_argument(
+        "--loss_positions", choices=["wrong", "all"], default="wrong", help="--online_loss_positions"
+    )
     parser.add_argument("--window", type=int, default=25, help="moving-average window (queries)")
     parser.add_argument(
         "--offline_steps", type=int, default=60, help="steps of each offline baseline (batch 8)"
@@ -68,8 +72,16 @@ def main(argv: list[str] | None = None) -> dict:
     if args.sample_fraction > 0:
         offline |= prefix_samples(stream, [args.sample_fraction])
     common = {"learning_rate": args.learning_rate}
+    recipe = [
+        "--online_steps_per_update",
+        str(args.steps_per_update),
+        "--online_loss_positions",
+        args.loss_positions,
+    ]
     runs = {
-        "online": run_online(out / "online", stream, update_interval=args.update_interval, **common),
+        "online": run_online(
+            out / "online", stream, update_interval=args.update_interval, extra=recipe, **common
+        ),
         "Standard": run_online(out / "standard", stream, update_interval=NEVER, **common),
     }
     runs |= static_runs(out, stream, offline, args.offline_steps, args.learning_rate)
@@ -95,7 +107,8 @@ def main(argv: list[str] | None = None) -> dict:
         out / "alpha.png",
         window=args.window,
         references={"offline-distilled": offline_alpha},
-        title=f"{args.domain}: online (update every {args.update_interval}) vs Standard vs offline",
+        title=f"{args.domain}: online (update every {args.update_interval}, {args.steps_per_update} step(s)) "
+        "vs Standard vs offline",
     )
     table = markdown_table(rows, list(rows[0]))
     table += (
