@@ -31,6 +31,7 @@ import argparse
 import json
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
+    start = time.perf_counter()
     args.tail = args.tail or tail_length(args.per_domain)  # the part of a block the recorded ceiling reports
     setup_wandb(args.report_to)
     torch.set_num_threads(args.threads)
@@ -300,7 +302,8 @@ def main(argv: list[str] | None = None) -> dict:
         title=f"Online SD, {TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name}: {args.per_domain} queries per domain ({args.stream}), "
         f"update every {args.update_interval}",
     )
-    summary = {"args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates,
+    command = "python -m osd.demo.online_demo " + " ".join(sys.argv[1:] if argv is None else argv)
+    summary = {"command": command.strip(), "wall_s": time.perf_counter() - start, "args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates,
                "update_time_share": trainer.online.update_time_s / trainer.online.serve_time_s,
                "background_update_share": trainer.online.background_update_time_s / trainer.online.serve_time_s}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(repo_relative(summary), indent=1))

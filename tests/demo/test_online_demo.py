@@ -26,7 +26,10 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     printed = capsys.readouterr().out
     assert "latency on the same queries" in printed and "all" in printed
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
-    assert json.loads((out / "summary.json").read_text())["args"]["draft_dtype"] == "bfloat16"
+    written = json.loads((out / "summary.json").read_text())
+    assert written["args"]["draft_dtype"] == "bfloat16" and written["command"].startswith(
+        "python -m osd.demo.online_demo --target"
+    )
 
 
 def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
