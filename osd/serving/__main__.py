@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         draft = load_model(args.student_model_path, "float32", None).to(args.trainer_device)
         target = load_model(args.teacher_model_path, args.teacher_dtype, None).to(args.trainer_device)
         distiller = DraftDistiller(draft, target, args.kl_method, args.learning_rate, args.weight_decay,
-                                   args.max_grad_norm, args.distill_temperature, args.jsd_beta)  # fmt: skip
+                                   args.max_grad_norm, args.distill_temperature, args.jsd_beta,
+                                   args.online_steps_per_update)  # fmt: skip
     llm = build_engine(args.teacher_model_path, args.student_model_path, args.max_propose_num, args.teacher_dtype,
                        args.max_model_len, args.seed, args.tensor_parallel_size, args.enforce_eager)  # fmt: skip
     entries = []

@@ -46,6 +46,10 @@ class ServingArguments:
             "help": "Distil and swap the draft every this many served queries; 0 = never (Standard SD)."
         },
     )
+    online_steps_per_update: int = field(
+        default=1,
+        metadata={"help": "AdamW steps each update takes on its buffer (1: the paper's single step)."},
+    )
     online_eval_interval: int = field(
         default=10, metadata={"help": "Log the metrics every this many queries."}
     )
@@ -100,6 +104,7 @@ class ServingArguments:
         minima = (
             ("max_propose_num", 0),
             ("online_update_interval", 0),
+            ("online_steps_per_update", 1),
             ("max_new_tokens", 1),
             ("concurrency", 1),
         )

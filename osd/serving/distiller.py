@@ -6,7 +6,7 @@ vLLM keeps no target logits for us, so `buffer` gets them from one teacher-force
 target (an HF model on --trainer_device) over prompt + generated tokens, at the loss positions only
 (`logits_to_keep`). Everything after that is osd.distill.online's: the buffer format
 (`BufferedQuery`), the loss (`distillation_loss` with the --kl_method divergence), and the
-optimizer cadence of one AdamW step per update (constant learning rate).
+optimizer cadence of --online_steps_per_update AdamW steps per update (constant learning rate).
 """
 
 from __future__ import annotations
@@ -34,11 +34,16 @@ class DraftDistiller:
         max_grad_norm: float = 0.0,
         temperature: float = 1.0,
         jsd_beta: float = 0.5,
+        steps_per_update: int = 1,
     ) -> None:
         self.draft, self.target = draft, target.eval()
         self.divergence = get_divergence(kl_method, jsd_beta)
         self.optimizer = torch.optim.AdamW(draft.parameters(), lr=learning_rate, weight_decay=weight_decay)
-        self.max_grad_norm, self.temperature = max_grad_norm, temperature
+        self.max_grad_norm, self.temperature, self.steps_per_update = (
+            max_grad_norm,
+            temperature,
+            steps_per_update,
+        )
 
     @torch.no_grad()
     def buffer(self, prompt_ids: list[int], generated_ids: list[int], positions: list[int]) -> BufferedQuery:
@@ -54,16 +59,19 @@ class DraftDistiller:
         return query
 
     def update(self, buffer: list[BufferedQuery]) -> float | None:
-        """One optimizer step on the buffer's distillation loss; None when no position counts."""
+        """`steps_per_update` optimizer steps on the buffer's distillation loss; the last step's loss, or
+        None when no position counts."""
         self.draft.train()
-        loss = distillation_loss(
-            self.draft, buffer, self.divergence, self.temperature, backward=torch.Tensor.backward
-        )
-        if loss is not None:
+        for _ in range(self.steps_per_update):
+            loss = distillation_loss(
+                self.draft, buffer, self.divergence, self.temperature, backward=torch.Tensor.backward
+            )
+            if loss is None:
+                break
             if self.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.draft.parameters(), self.max_grad_norm)
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad(set_to_none=True)
         self.draft.eval()
         return None if loss is None else loss.item()
 

@@ -62,3 +62,19 @@ def test_export_writes_each_weight_once_in_the_served_dtype(distiller, tmp_path)
     assert sorted(weights) == sorted(params)
     for name, value in weights.items():
         torch.testing.assert_close(value, params[name].detach().to(torch.bfloat16), atol=0, rtol=0)
+
+
+def test_steps_per_update_equals_that_many_single_step_updates() -> None:
+    """steps_per_update 3: one update moves the draft as three one-step updates on the same buffer do."""
+    target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
+    one, three = (
+        DraftDistiller(AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH), target, "forward",
+                       learning_rate=1e-3, steps_per_update=steps)
+        for steps in (1, 3)
+    )  # fmt: skip
+    buffer = [one.buffer(PROMPT, GENERATED, [0, 1, 2, 3, 4, 5])]
+    last = [one.update(buffer) for _ in range(3)][-1]
+    assert three.update(buffer) == pytest.approx(last, rel=1e-5)
+    torch.testing.assert_close(three.draft.state_dict(), one.draft.state_dict())
+    start = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH).state_dict()
+    assert any(not torch.equal(v, start[k]) for k, v in three.draft.state_dict().items())  # it did move
