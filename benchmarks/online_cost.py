@@ -2,6 +2,7 @@
 
     python -m benchmarks.online_cost                                     # sql, 24 queries, intervals 1 and 8
     python -m benchmarks.online_cost --domain code --queries 128 --intervals 8 16 --modes background
+    python -m benchmarks.online_cost --intervals 1 --loss_positions all --steps_per_update 1 4 --max_propose_num 3
 
 Serves --queries queries of one domain with the demo pair and distils online at each update
 interval, with the loss on wrong tokens only (the paper) and on all generated tokens, each update
@@ -19,6 +20,7 @@ token ids and target logits (float16, on the CPU). Also prints the buffer estima
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from benchmarks.online_common import (
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--intervals", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--loss_positions", nargs="+", default=["wrong", "all"], choices=["wrong", "all"])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument(
+        "--steps_per_update", type=int, nargs="+", default=[1], help="--online_steps_per_update values"
+    )
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument(
@@ -52,32 +57,39 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     stream = load_sources([args.domain])[args.domain][: args.queries]
     rows = []
-    for interval in args.intervals:
-        for positions in args.loss_positions:
-            for mode in args.modes:
-                entries = run_online(
-                    out / f"interval{interval}_{positions}_{mode}",
-                    stream,
-                    update_interval=interval,
-                    learning_rate=args.learning_rate,
-                    max_new_tokens=args.max_new_tokens,
-                    gamma=args.max_propose_num,
-                    extra=["--online_loss_positions", positions, *MODES[mode]],
-                )
-                last = entries[-1]
-                rows.append(
-                    {
-                        "update interval": interval,
-                        "loss positions": positions,
-                        "update": mode,
-                        "updates": last["online_updates"],
-                        "update time / serving time": last["update_time_share"],
-                        "background / serving time": last["background_update_share"],
-                        "serving s / query": last["serve_time_s"] / last[QUERIES_SERVED],
-                        "peak buffer (MB)": last["buffer_peak_mb"],
-                        "alpha (cumulative)": last["alpha_cumulative"],
-                    }
-                )
+    for interval, positions, steps, mode in itertools.product(
+        args.intervals, args.loss_positions, args.steps_per_update, args.modes
+    ):
+        entries = run_online(
+            out / f"interval{interval}_{positions}_steps{steps}_{mode}",
+            stream,
+            update_interval=interval,
+            learning_rate=args.learning_rate,
+            max_new_tokens=args.max_new_tokens,
+            gamma=args.max_propose_num,
+            extra=[
+                "--online_loss_positions",
+                positions,
+                "--online_steps_per_update",
+                str(steps),
+                *MODES[mode],
+            ],
+        )
+        last = entries[-1]
+        rows.append(
+            {
+                "update interval": interval,
+                "loss positions": positions,
+                "steps per update": steps,
+                "update": mode,
+                "updates": last["online_updates"],
+                "update time / serving time": last["update_time_share"],
+                "background / serving time": last["background_update_share"],
+                "serving s / query": last["serve_time_s"] / last[QUERIES_SERVED],
+                "peak buffer (MB)": last["buffer_peak_mb"],
+                "alpha (cumulative)": last["alpha_cumulative"],
+            }
+        )
     note = (
         "buffer for V = 32000 (float16): 62.5 KB per loss position; interval 8 x 128 positions (all) = 64 MB"
     )
