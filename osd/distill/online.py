@@ -360,9 +360,8 @@ class OnlineDistillTrainer(DistillTrainer):
         start = time.perf_counter()
         losses = self._backward_due({key: self._take_for_update(key) for key in due})
         self.online.update_time_s += time.perf_counter() - start
-        self._stale.update(
-            losses
-        )  # Trainer steps the optimizer after this: the serving copies are out of date
+        # Trainer steps the optimizer after this: the serving copies are out of date
+        self._stale.update(losses)
         return [self._count_update(loss) for loss in losses.values()][-1]
 
     def _due_keys(self) -> list[str]:

@@ -39,11 +39,8 @@ class DraftDistiller:
         self.draft, self.target = draft, target.eval()
         self.divergence = get_divergence(kl_method, jsd_beta)
         self.optimizer = torch.optim.AdamW(draft.parameters(), lr=learning_rate, weight_decay=weight_decay)
-        self.max_grad_norm, self.temperature, self.steps_per_update = (
-            max_grad_norm,
-            temperature,
-            steps_per_update,
-        )
+        self.max_grad_norm, self.temperature = max_grad_norm, temperature
+        self.steps_per_update = steps_per_update
 
     @torch.no_grad()
     def buffer(self, prompt_ids: list[int], generated_ids: list[int], positions: list[int]) -> BufferedQuery:
