@@ -4,7 +4,7 @@ distilled online (updates and swaps on), on one shifting stream, at several conc
 The stream: --per_domain queries of each of sql, math, code, finance (train split, in that order).
 Two engines serve it (vLLM target-only, and vLLM with the draft as draft_model speculator); before
 each run the speculator gets the demo draft's weights back, so every OSD run starts from the
-Standard draft. Per run: tokens/s (generated tokens / wall time), per-query latency p50/p90
+Standard draft (served with its sub-vocabulary head: osd.serving.subvocab). Per run: tokens/s (generated tokens / wall time), per-query latency p50/p90
 (submission to finished output), acceptance over the stream (osd alpha and vLLM's rate:
 osd.serving.acceptance) and per domain, and for OSD the mean swap time (export + reload), the
 trainer's share of wall time (buffer forwards, updates, swaps) and, of it, the target's teacher-forced
@@ -31,6 +31,7 @@ from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
 from osd.serving.engine import build_engine, shutdown_engine, swap_draft
 from osd.serving.online import OnlineServer, load_queries
+from osd.serving.subvocab import served_draft_folder
 from osd.streams import abrupt_stream
 from osd.train import load_model, load_tokenizer
 
@@ -62,10 +63,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per_domain", type=int, default=8)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
-    ap.add_argument("--gamma", type=int, default=2)
+    ap.add_argument("--gamma", type=int, default=3)
     ap.add_argument("--max_new_tokens", type=int, default=64)
     ap.add_argument("--update_interval", type=int, default=4)
     ap.add_argument("--learning_rate", type=float, default=1e-4)
+    ap.add_argument(
+        "--steps_per_update", type=int, default=4, help="AdamW steps per update (the demo's recipe)"
+    )
     ap.add_argument("--out", default="outputs/bench_vllm")
     opts = ap.parse_args()
     torch.set_num_threads(1)
@@ -80,7 +84,7 @@ def main() -> None:
     )  # fmt: skip
     queries = load_queries(args.data_path, load_tokenizer(str(TARGET_PATH), None), 512)
     target_only = build_engine(str(TARGET_PATH), None, 0)
-    speculative = build_engine(str(TARGET_PATH), str(DRAFT_PATH), opts.gamma)
+    speculative = build_engine(str(TARGET_PATH), served_draft_folder(str(DRAFT_PATH), out), opts.gamma)
     standard = out / "standard_draft.safetensors"
     export_draft(load_model(str(DRAFT_PATH), "float32", None), standard, torch.bfloat16)
     target = load_model(str(TARGET_PATH), args.teacher_dtype, None)
@@ -93,8 +97,8 @@ def main() -> None:
         swap_draft(speculative, str(standard))
         rows.append({"run": "+ Standard draft", "concurrency": c, **serve(speculative, queries, args, None)})
         swap_draft(speculative, str(standard))
-        distiller = DraftDistiller(load_model(str(DRAFT_PATH), "float32", None), target,
-                                   learning_rate=opts.learning_rate)  # fmt: skip
+        distiller = DraftDistiller(load_model(str(DRAFT_PATH), "float32", None), target, learning_rate=opts.learning_rate,
+                                   steps_per_update=opts.steps_per_update)  # fmt: skip
         rows.append({"run": "+ OSD draft", "concurrency": c, **serve(speculative, queries, args, distiller)})
         print(markdown_table(rows[-3:], COLUMNS), flush=True)
     for llm in (target_only, speculative):

@@ -172,13 +172,14 @@ SQL_TEMPLATES = {
     ],
 }  # fmt: skip
 
+# The phrasings the target answers with SQL. Four others were dropped ("SQL for {db}: {q}", "Database
+# {db}. Question: {q} Answer with SQL only.", "Please only generate SQL ...", "Could you translate ...
+# ({db} database)?"): SmolLM2-135M-Instruct answered most of them with prose or a refusal (greedy:
+# 1 of 12 in SQL, against 5 of 5 for these two), so the domain was not text-to-SQL traffic
+# (benchmarks/results/general_draft/LOG.md, section 14).
 SQL_PROMPTS = [
     "Translate this question into SQL for the {db} database: {q}",
     "Write an SQL query for the {db} database. {q}",
-    "Could you translate the following question into SQL ({db} database)? {q}",
-    "SQL for {db}: {q}",
-    "Database {db}. Question: {q} Answer with SQL only.",
-    "Please only generate SQL for the {db} database, no explanation. {q}",
 ]
 
 
@@ -389,20 +390,23 @@ def generate_domain(
 
 
 def build(seed: int, train_size: int, eval_size: int) -> dict[str, list[dict]]:
-    """All splits as `{"{domain}_{split}": records}`."""
-    rng = random.Random(seed)
+    """All splits as `{"{domain}_{split}": records}`. Each domain draws from its own seeded generator,
+    so changing one domain's templates leaves the others' records as they were."""
     dbs = sql_databases(seed)
     makers = {
         "sql": lambda r: sql_example(r, dbs),
         "math": math_example,
         "finance": finance_example,
     }
-    examples = {d: generate_domain(d, make, rng, train_size + eval_size) for d, make in makers.items()}
+    examples = {
+        d: generate_domain(d, make, random.Random(f"{seed}-{d}"), train_size + eval_size)
+        for d, make in makers.items()
+    }
     code = [
         (CODE_PROMPT.format(doc=doc), src, {"topic": module, "language": "python"})
         for module, doc, src in stdlib_functions()
     ]
-    rng.shuffle(code)
+    random.Random(f"{seed}-code").shuffle(code)
     examples["code"] = code[: train_size + eval_size]
     out = {}
     for domain in DOMAINS:

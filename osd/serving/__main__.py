@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     try:  # vLLM is imported to serve, not for --help
         from osd.serving.engine import build_engine, shutdown_engine
         from osd.serving.online import OnlineServer, jsonl_writer, load_queries
+        from osd.serving.subvocab import served_draft_folder
     except ImportError as e:  # a user error (one line): the wrong environment
         raise ValueError(
             f"{e}: osd.serving needs vLLM; bash bash_scripts/setup_vllm.sh makes .venv-vllm, "
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         distiller = DraftDistiller(draft, target, args.kl_method, args.learning_rate, args.weight_decay,
                                    args.max_grad_norm, args.distill_temperature, args.jsd_beta,
                                    args.online_steps_per_update)  # fmt: skip
-    llm = build_engine(args.teacher_model_path, args.student_model_path, args.max_propose_num, args.teacher_dtype,
+    served = served_draft_folder(args.student_model_path, args.output_dir, args.tensor_parallel_size)
+    llm = build_engine(args.teacher_model_path, served, args.max_propose_num, args.teacher_dtype,
                        args.max_model_len, args.seed, args.tensor_parallel_size, args.enforce_eager)  # fmt: skip
     entries = []
     write = jsonl_writer(args.output_dir)

@@ -5,7 +5,7 @@ Symbols: T prompt length, N generated tokens, W loss positions of a query, V voc
 vLLM keeps no target logits for us, so `buffer` gets them from one teacher-forced forward of the
 target (an HF model on --trainer_device) over prompt + generated tokens, at the loss positions only
 (`logits_to_keep`). Everything after that is osd.distill.online's: the buffer format
-(`BufferedQuery`), the loss (`distillation_loss` with the --kl_method divergence), and the
+(`BufferedQuery`), the loss (`distillation_loss` with the --kl_method divergence, on V' for a sub-vocabulary head), and the
 optimizer cadence of --online_steps_per_update AdamW steps per update (constant learning rate).
 """
 
@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 
 from osd.distill.losses import get_divergence
 from osd.distill.online import BufferedQuery, distillation_loss, logits_at, stored_logits
+from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
 
 
 class DraftDistiller:
@@ -36,8 +37,11 @@ class DraftDistiller:
         jsd_beta: float = 0.5,
         steps_per_update: int = 1,
     ) -> None:
-        self.draft, self.target = draft, target.eval()
-        self.divergence = get_divergence(kl_method, jsd_beta)
+        self.draft, self.target = apply_draft_vocab(draft), target.eval()
+        # a sub-vocabulary head (config.draft_vocab) trains on V' as osd.train does
+        self.divergence = restrict_divergence(
+            get_divergence(kl_method, jsd_beta), draft_vocab_ids(self.draft)
+        )
         self.optimizer = torch.optim.AdamW(draft.parameters(), lr=learning_rate, weight_decay=weight_decay)
         self.max_grad_norm, self.temperature = max_grad_norm, temperature
         self.steps_per_update = steps_per_update

@@ -17,6 +17,7 @@ from typing import Any
 from vllm import LLM, SamplingParams
 
 from osd.serving.acceptance import StepCounts
+from osd.serving.subvocab import register
 
 WORKER_EXTENSION = "osd.serving.worker.DraftReloadExtension"
 
@@ -32,7 +33,9 @@ def build_engine(
     enforce_eager: bool = True,
 ) -> LLM:
     """vLLM serving `target`, with `draft` proposing `gamma` tokens per step (none when gamma is 0 or
-    draft is None); per-request acceptance counters on, the draft reload registered."""
+    draft is None); per-request acceptance counters on, the draft reload registered. `draft` is the
+    folder vLLM loads: a draft with a sub-vocabulary head goes through `served_draft_folder` first."""
+    register()
     speculative = None
     if draft is not None and gamma > 0:
         speculative = {"method": "draft_model", "model": draft, "num_speculative_tokens": gamma}

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.distill.online import distillation_loss
 from osd.serving.distiller import DraftDistiller, export_draft
+from osd.spec.draft_vocab import SubVocabHead, set_draft_vocab
 
 PROMPT, GENERATED = [1, 40, 41, 42, 43], [50, 51, 52, 53, 54, 55]
 
@@ -78,3 +79,25 @@ def test_steps_per_update_equals_that_many_single_step_updates() -> None:
     torch.testing.assert_close(three.draft.state_dict(), one.draft.state_dict())
     start = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH).state_dict()
     assert any(not torch.equal(v, start[k]) for k, v in three.draft.state_dict().items())  # it did move
+
+
+def test_a_subvocab_draft_trains_on_its_tokens(tmp_path) -> None:
+    """A draft saved with a head over V' (every other token) keeps it in the distiller, and its loss is
+    the forward KL, on V', of the target's distribution renormalised there (closed form)."""
+    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
+    ids = torch.arange(0, draft.config.vocab_size, 2)  # [V']
+    set_draft_vocab(draft, ids)
+    draft.save_pretrained(tmp_path / "draft")
+    target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
+    distiller = DraftDistiller(AutoModelForCausalLM.from_pretrained(tmp_path / "draft"), target, "forward")
+    assert isinstance(distiller.draft.get_output_embeddings(), SubVocabHead)
+    positions = [0, 2, 4]
+    query = distiller.buffer(PROMPT, GENERATED, positions)
+    with torch.no_grad():
+        loss = distillation_loss(distiller.draft, [query], distiller.divergence).item()
+        seq = torch.tensor([PROMPT + GENERATED[:-1]])
+        rows = [len(PROMPT) - 1 + i for i in positions]
+        log_q = torch.log_softmax(distiller.draft(seq).logits[0, rows][:, ids].float(), -1)  # [W, V']
+        log_p = torch.log_softmax(query.target_logits[:, ids].float(), -1)  # [W, V']
+    expected = (log_p.exp() * (log_p - log_q)).sum(-1).mean().item()
+    assert loss == pytest.approx(expected, rel=1e-4)

@@ -20,6 +20,7 @@ pytest.importorskip(
 )
 
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from vllm import LLM  # noqa: E402
 
 from osd.conversations import load_conversations, user_query  # noqa: E402
 from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path  # noqa: E402
@@ -37,6 +38,8 @@ from osd.serving.engine import (  # noqa: E402
     swap_draft,
 )
 from osd.serving.online import OnlineServer, load_queries  # noqa: E402
+from osd.serving.subvocab import served_draft_folder  # noqa: E402
+from osd.spec.draft_vocab import draft_vocab_ids, set_draft_vocab  # noqa: E402
 
 for name, value in (
     ("OMP_NUM_THREADS", "1"),
@@ -129,6 +132,7 @@ def test_swap_reaches_the_embedding_and_the_output_head(llm, draft_files) -> Non
         swap_draft(llm, draft_files[name])
         exported = load_file(draft_files[name])
         expected = [float(exported[k].float().sum()) for k in ("model.embed_tokens.weight", "lm_head.weight")]
+        expected.append(expected[1])  # a full head scores all its rows
         (served,) = llm.collective_rpc("draft_head_sums")
         assert served == pytest.approx(expected, rel=1e-5), (name, served, expected)
 
@@ -170,3 +174,45 @@ def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_p
     )
     assert "alpha/dataset/sql" in entries[-1] and entries[-1]["swap_time_s"] < SWAP_LIMIT_S
     json.dumps(entries)  # metrics.jsonl-ready
+
+
+# A draft with a sub-vocabulary head (osd.serving.subvocab). Last in this module: its engine unregisters
+# the Prometheus counters of `llm`, so these tests read the per-request counters only.
+
+
+@pytest.fixture(scope="module")
+def subvocab(tmp_path_factory, target_only) -> tuple[LLM, torch.Tensor]:
+    """vLLM with the tiny draft whose head scores every token except those the target writes on these
+    prompts, and that token set [V']."""
+    folder = tmp_path_factory.mktemp("subvocab")
+    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
+    written = {t for out in target_only for t in out}
+    set_draft_vocab(draft, [t for t in range(draft.config.vocab_size) if t not in written])
+    draft.save_pretrained(folder / "draft")
+    AutoTokenizer.from_pretrained(TINY_DRAFT_PATH).save_pretrained(folder / "draft")
+    llm = build_engine(
+        str(TINY_TEACHER_PATH), served_draft_folder(str(folder / "draft"), folder), GAMMA, "float32", 512
+    )
+    yield llm, draft_vocab_ids(draft)
+    shutdown_engine(llm)
+
+
+def test_subvocab_head_proposes_only_its_tokens(subvocab, prompts, target_only) -> None:
+    """q = 0 on every token the target writes: nothing is accepted (the same weights with the full head
+    are accepted > 50 times on these prompts, test above), and greedy output stays the target's."""
+    llm, _ = subvocab
+    served = serve_all(llm, prompts, GREEDY, len(prompts))
+    assert [s.token_ids for s in served] == target_only
+    accepted_tokens, proposed = (
+        sum(c) for c in zip(*(vllm_acceptance(s.counts) for s in served), strict=True)
+    )
+    assert proposed > 50 and accepted_tokens == 0, (accepted_tokens, proposed)
+
+
+def test_subvocab_head_follows_a_swap(subvocab, draft_files) -> None:
+    llm, ids = subvocab
+    for name in ("random", "trained"):
+        swap_draft(llm, draft_files[name])
+        rows = load_file(draft_files[name])["lm_head.weight"].index_select(0, ids)  # [V', H]
+        (served,) = llm.collective_rpc("draft_head_sums")
+        assert served[2] == pytest.approx(float(rows.sum()), rel=1e-5), (name, served)
