@@ -4,11 +4,15 @@ distilled online (updates and swaps on), on one shifting stream, at several conc
 The stream: --per_domain queries of each of sql, math, code, finance (train split, in that order).
 Two engines serve it (vLLM target-only, and vLLM with the draft as draft_model speculator); before
 each run the speculator gets the demo draft's weights back, so every OSD run starts from the
-Standard draft (served with its sub-vocabulary head: osd.serving.subvocab). Per run: tokens/s (generated tokens / wall time), per-query latency p50/p90
-(submission to finished output), acceptance over the stream (osd alpha and vLLM's rate:
-osd.serving.acceptance) and per domain, and for OSD the mean swap time (export + reload), the
-trainer's share of wall time (buffer forwards, updates, swaps) and, of it, the target's teacher-forced
-forwards. Writes {out}/results.json, table.md.
+Standard draft (served with its sub-vocabulary head: osd.serving.subvocab). The OSD runs take
+--steps_per_update AdamW steps every --update_interval queries, the trainer in a worker thread
+(--no-background_update: on the loop's thread). Per run: tokens/s (generated tokens / wall time),
+per-query latency p50/p90 (submission to finished output), acceptance over the stream (osd alpha and
+vLLM's rate: osd.serving.acceptance) and per domain, and for OSD the mean swap time (the reload in the
+engine), the trainer's share of wall time on the loop's thread (update_share: swaps, and with the
+worker the wait for it), in the worker (background_share), and the target's teacher-forced forwards
+(teacher_forward_share). Writes {out}/results.json, table.md and throughput.png
+(tokens/s against concurrency).
 
     OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
     .venv-vllm/bin/python -m benchmarks.bench_vllm --per_domain 8 --concurrency 1 4 16 --out outputs/bench_vllm
@@ -36,7 +40,7 @@ from osd.streams import abrupt_stream
 from osd.train import load_model, load_tokenizer
 
 COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
-           *DOMAINS, "updates", "swap_time_s", "update_share", "teacher_forward_share"]  # fmt: skip
+           *DOMAINS, "updates", "swap_time_s", "update_share", "background_share", "teacher_forward_share"]  # fmt: skip
 
 
 def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None) -> dict:
@@ -54,9 +58,31 @@ def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None
         "alpha": last[ALPHA], "vllm_acceptance": last[VLLM_ACCEPTANCE_RATE],
         **{d: last.get(group_key("dataset", d), float("nan")) for d in DOMAINS},
         "updates": state.updates, "update_share": state.update_time_s / wall, "wall_s": wall,
+        "background_share": state.background_update_time_s / wall,
         "teacher_forward_share": server.teacher_time_s / wall,
         "swap_time_s": statistics.mean(server.swap_times) if server.swap_times else float("nan"),
     }  # fmt: skip
+
+
+def plot_throughput(rows: list[dict], path: Path) -> None:
+    """tokens/s against concurrency, one line per run (target only, + Standard, + OSD)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for run in dict.fromkeys(r["run"] for r in rows):
+        points = [(r["concurrency"], r["tokens_per_s"]) for r in rows if r["run"] == run]
+        ax.plot(*zip(*points, strict=True), marker="o", label=run)
+    ax.set(xscale="log", xlabel="requests in flight (concurrency)", ylabel="generated tokens / s",
+           title="vLLM on the demo pair: target alone vs speculative decoding")  # fmt: skip
+    ax.set_xticks(sorted({r["concurrency"] for r in rows}), labels=sorted({r["concurrency"] for r in rows}))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -70,6 +96,8 @@ def main() -> None:
     ap.add_argument(
         "--steps_per_update", type=int, default=4, help="AdamW steps per update (the demo's recipe)"
     )
+    ap.add_argument("--background_update", action=argparse.BooleanOptionalAction, default=True,
+                    help="the trainer in a worker thread (osd.serving's --online_background_update)")  # fmt: skip
     ap.add_argument("--out", default="outputs/bench_vllm")
     opts = ap.parse_args()
     torch.set_num_threads(1)
@@ -81,6 +109,7 @@ def main() -> None:
         data_path=str(out / "stream.json"), output_dir=str(out), max_propose_num=opts.gamma,
         max_new_tokens=opts.max_new_tokens, online_update_interval=opts.update_interval,
         online_eval_interval=len(stream), learning_rate=opts.learning_rate,
+        online_background_update=opts.background_update,
     )  # fmt: skip
     queries = load_queries(args.data_path, load_tokenizer(str(TARGET_PATH), None), 512)
     target_only = build_engine(str(TARGET_PATH), None, 0)
@@ -104,6 +133,7 @@ def main() -> None:
     for llm in (target_only, speculative):
         shutdown_engine(llm)
     save_results(out, {"options": vars(opts), "rows": rows}, markdown_table(rows, COLUMNS))
+    plot_throughput(rows, out / "throughput.png")
 
 
 if __name__ == "__main__":

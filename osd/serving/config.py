@@ -54,6 +54,14 @@ class ServingArguments:
         default=10, metadata={"help": "Log the metrics every this many queries."}
     )
     online_alpha_window: int = field(default=50, metadata={"help": "Queries in the windowed alpha."})
+    online_background_update: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the trainer (the target's forward per query, the updates, the export) in a background "
+            "thread while this process keeps feeding the engine; each export is swapped in once it is ready, "
+            "when the next query finishes. Needs a core (or device) of its own for the trainer."
+        },
+    )
     online_loss_positions: str = field(
         default="wrong",
         metadata={

@@ -11,7 +11,10 @@
             requests in flight go on, their next proposals come from the new draft.
 
 The engine decodes in its own process, so the requests in flight keep being served while this
-process buffers, updates and swaps (their outputs wait in vLLM's queue until the next `poll`).
+process buffers, updates and swaps (their outputs wait in vLLM's queue until the next `poll`); but
+with the trainer on the loop's thread no new query is submitted meanwhile. With
+--online_background_update the trainer runs in a worker thread, one job per finished query in
+stream order, and the loop only swaps in an export once the worker has written it.
 
 Metrics: `OnlineState.metrics` every --online_eval_interval finished queries (osd.metric_keys; alpha
 counted as osd.spec counts it), plus vLLM's own acceptance rate and the swap times, appended to
@@ -21,9 +24,13 @@ exports, swaps) over the rest of the loop's wall time.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -83,6 +90,9 @@ class OnlineServer:
         self.teacher_time_s = 0.0  # of update_time_s: the target's teacher-forced forwards
         self.engine_counts = [0, 0]  # vLLM's accepted and proposed draft tokens since the last entry
         self.swap_path = Path(args.output_dir) / SWAP_FILE
+        background = distiller is not None and args.online_background_update
+        self.worker = ThreadPoolExecutor(max_workers=1) if background else None
+        self.jobs: deque[Future] = deque()  # the worker's jobs in stream order; each: whether it exported
 
     def run(self, queries: list[Query]) -> OnlineState:
         """Serve every query of the stream (in order, --concurrency in flight), distilling as it goes."""
@@ -94,9 +104,13 @@ class OnlineServer:
         for served in pool.stream([q.prompt_ids for q in queries]):
             self._finish(served, queries[served.index].groups)
             done = len(self.state.queries)
+            if done == len(queries):
+                self._swap_ready(wait=True)  # the last updates land before the last entry
             if done % a.online_eval_interval == 0 or done == len(queries):
                 self.state.serve_time_s = time.perf_counter() - start - self.state.update_time_s
                 self.log(self._entry())
+        if self.worker is not None:
+            self.worker.shutdown()
         return self.state
 
     def _finish(self, served: Served, groups: dict[str, str]) -> None:
@@ -107,28 +121,56 @@ class OnlineServer:
         self.engine_counts[1] += proposed
         if self.distiller is None:
             return
-        start = time.perf_counter()
         n = len(served.token_ids)
         positions = (
             wrong_positions(served.counts, n)
             if self.args.online_loss_positions == "wrong"
             else list(range(n))
         )
-        self.buffer.append(self.distiller.buffer(served.prompt_ids, served.token_ids, positions))
-        self.teacher_time_s += time.perf_counter() - start
-        self.state.max_buffer_bytes = max(self.state.max_buffer_bytes, sum(q.nbytes for q in self.buffer))
-        if len(self.buffer) >= self.args.online_update_interval:
-            self._update_and_swap()
+        job = functools.partial(self._train, served.prompt_ids, served.token_ids, positions)
+        if self.worker is not None:
+            self.jobs.append(self.worker.submit(job))
+            self._swap_ready(wait=False)
+            return
+        start = time.perf_counter()
+        if job():
+            self._swap()
         self.state.update_time_s += time.perf_counter() - start
 
-    def _update_and_swap(self) -> None:
-        loss = self.distiller.update(self.buffer)
-        self.buffer.clear()
-        self.state.updates += 1
-        if loss is not None:
-            self.state.losses.append(loss)
+    def _train(self, prompt_ids: list[int], token_ids: list[int], positions: list[int]) -> bool:
+        """Buffer a served query; when the buffer is due, update the draft and export it. Returns whether
+        an export awaits its swap. In the worker thread with --online_background_update."""
         start = time.perf_counter()
-        export_draft(self.distiller.draft, self.swap_path, getattr(torch, self.args.teacher_dtype))
+        self.buffer.append(self.distiller.buffer(prompt_ids, token_ids, positions))
+        self.teacher_time_s += time.perf_counter() - start
+        self.state.max_buffer_bytes = max(self.state.max_buffer_bytes, sum(q.nbytes for q in self.buffer))
+        exported = len(self.buffer) >= self.args.online_update_interval
+        if exported:
+            loss = self.distiller.update(self.buffer)
+            self.buffer.clear()
+            self.state.updates += 1
+            if loss is not None:
+                self.state.losses.append(loss)
+            # written aside, then renamed: a swap reading the previous export keeps reading it whole
+            staged = self.swap_path.with_suffix(".staged")
+            export_draft(self.distiller.draft, staged, getattr(torch, self.args.teacher_dtype))
+            os.replace(staged, self.swap_path)
+        if self.worker is not None:
+            self.state.background_update_time_s += time.perf_counter() - start
+        return exported
+
+    def _swap_ready(self, wait: bool) -> None:
+        """Collect the worker's finished jobs (all of them with `wait`) and swap in the newest export."""
+        start = time.perf_counter()
+        exported = False
+        while self.jobs and (wait or self.jobs[0].done()):
+            exported |= self.jobs.popleft().result()  # re-raises the worker's error here
+        if exported:
+            self._swap()
+        self.state.update_time_s += time.perf_counter() - start
+
+    def _swap(self) -> None:
+        start = time.perf_counter()
         swap_draft(self.llm, str(self.swap_path))
         self.swap_times.append(time.perf_counter() - start)
 

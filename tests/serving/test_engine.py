@@ -152,12 +152,14 @@ def test_per_request_counters_add_up_to_vllms_totals(llm, prompts, draft_files) 
         ) <= len(steps)
 
 
-def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_path) -> None:
+@pytest.mark.parametrize("background", [False, True])
+def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_path, background) -> None:
     swap_draft(llm, draft_files["trained"])
     args = ServingArguments(
         data_path=str(workload_path("sql", "eval")), output_dir=str(tmp_path), teacher_model_path=str(TINY_TEACHER_PATH),
         student_model_path=str(TINY_DRAFT_PATH), max_propose_num=GAMMA, max_new_tokens=MAX_NEW, concurrency=4,
         online_update_interval=2, online_eval_interval=4, teacher_dtype="float32", learning_rate=1e-3, max_samples=8,
+        online_background_update=background,
     )  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(TINY_TEACHER_PATH)
     draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
@@ -168,7 +170,14 @@ def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_p
         load_queries(args.data_path, tokenizer, 400, limit=8)
     )
     assert len(state.queries) == 8 and state.updates == 4
-    assert [e["queries_served"] for e in entries] == [4, 8] and entries[-1]["draft_swaps"] == 4
+    assert [e["queries_served"] for e in entries] == [4, 8]
+    # in the background, exports that are ready together are swapped in once
+    assert 1 <= entries[-1]["draft_swaps"] <= 4 if background else entries[-1]["draft_swaps"] == 4
+    # the last swap, after the last update, serves the distilled draft
+    export_draft(distiller.draft, tmp_path / "final.safetensors", torch.float32)
+    final = load_file(tmp_path / "final.safetensors")["model.embed_tokens.weight"]
+    (served,) = llm.collective_rpc("draft_head_sums")
+    assert served[0] == pytest.approx(float(final.sum()), rel=1e-5)
     assert all(0 <= e["alpha"] <= 1 and 0 <= e["vllm_acceptance_rate"] <= e["alpha"] for e in entries), (
         entries
     )
