@@ -18,8 +18,9 @@ stream order, and the loop only swaps in an export once the worker has written i
 
 Metrics: `OnlineState.metrics` every --online_eval_interval finished queries (osd.metric_keys; alpha
 counted as osd.spec counts it), plus vLLM's own acceptance rate and the swap times, appended to
-`{output_dir}/metrics.jsonl`. `update_time_share` is the trainer's time (buffer forwards, updates,
-exports, swaps) over the rest of the loop's wall time.
+`{output_dir}/metrics.jsonl`. `update_time_share` is the trainer's time on the loop's thread (buffer
+forwards, updates, exports and swaps; with the worker: the swaps and the waits for it) over the rest
+of the loop's wall time, `background_update_share` the worker's.
 """
 
 from __future__ import annotations

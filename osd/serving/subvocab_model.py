@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.models.llama import LlamaForCausalLM
 
+from osd.spec.draft_vocab import full_vocab_logits
+
 
 class SubVocabLlamaForCausalLM(LlamaForCausalLM):
     """vLLM's Llama scoring the V' tokens of `config.draft_vocab` only (-inf elsewhere)."""
@@ -33,5 +35,4 @@ class SubVocabLlamaForCausalLM(LlamaForCausalLM):
         """hidden [N, H] -> logits [N, V], -inf outside V'."""
         rows = self.head_rows()
         sub = hidden_states.to(rows.dtype) @ rows.T  # [N, V']
-        logits = sub.new_full((sub.shape[0], self.full_vocab_size), float("-inf"))
-        return logits.index_copy_(1, self.draft_vocab.to(sub.device), sub)
+        return full_vocab_logits(sub, self.draft_vocab, self.full_vocab_size)

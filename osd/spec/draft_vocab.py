@@ -66,8 +66,13 @@ class SubVocabHead(nn.Module):
             logits = logits + self.bias.index_select(0, self.token_ids).to(logits.dtype)
         if self.compact:
             return logits
-        full = logits.new_full((*logits.shape[:-1], self.weight.shape[0]), float("-inf"))
-        return full.index_copy_(-1, self.token_ids, logits)
+        return full_vocab_logits(logits, self.token_ids, self.weight.shape[0])
+
+
+def full_vocab_logits(logits: torch.Tensor, token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Logits over V' [..., V'] placed in a [..., vocab_size] vector, -inf elsewhere (q = 0 outside V')."""
+    full = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))
+    return full.index_copy_(-1, token_ids, logits)
 
 
 def draft_vocab_ids(model: PreTrainedModel) -> torch.Tensor | None:
