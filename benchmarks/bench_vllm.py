@@ -1,35 +1,47 @@
 r"""vLLM serving benchmark: the demo target alone, with the Standard draft, and with the OSD draft
 distilled online (updates and swaps on), on one shifting stream, at several concurrencies.
 
-The stream: --per_domain queries of each of sql, math, code, finance (train split, in that order).
+The stream: --per_domain queries of each of sql, math, code, finance (train split, in that order):
+by default the stream, gamma, answer length and online recipe of `osd.demo.online_demo`.
 Two engines serve it (vLLM target-only, and vLLM with the draft as draft_model speculator); before
 each run the speculator gets the demo draft's weights back, so every OSD run starts from the
 Standard draft (served with its sub-vocabulary head: osd.serving.subvocab). The OSD runs take
 --steps_per_update AdamW steps every --update_interval queries, the trainer in a worker thread
-(--no-background_update: on the loop's thread). Per run: tokens/s (generated tokens / wall time),
+(--no-background_update: on the loop's thread). Per run: tokens/s (generated tokens / time to the stream's last output),
 per-query latency p50/p90 (submission to finished output), acceptance over the stream (osd alpha and
 vLLM's rate: osd.serving.acceptance) and per domain, and for OSD the mean swap time (the reload in the
 engine), the trainer's share of wall time on the loop's thread (update_share: swaps, and with the
 worker the wait for it), in the worker (background_share), and the target's teacher-forced forwards
-(teacher_forward_share). Writes {out}/results.json, table.md and throughput.png
-(tokens/s against concurrency).
+(teacher_forward_share). On the last --tail queries of each domain (the demo's tables): alpha per
+domain, and their tokens over their summed latencies (tail_tokens_per_s: at concurrency 1 the
+serving rate the demo's tables report; above it, one request's rate). A server does not wait for its
+trainer: what the trainer still has queued at the last output is trainer_catch_up_s. With --reference (a demo summary.json recorded on the same stream) the
+concurrency-1 runs are compared with osd.spec's: per-domain alpha, and the speedup over the target
+alone. Writes {out}/results.json, table.md and throughput.png (tokens/s against concurrency); the
+engines' scratch files (served draft folder, exported weights) go to a temporary folder.
 
     OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
-    .venv-vllm/bin/python -m benchmarks.bench_vllm --per_domain 8 --concurrency 1 4 16 --out outputs/bench_vllm
+    .venv-vllm/bin/python -m benchmarks.bench_vllm --concurrency 1 4 16 --out outputs/bench_vllm \
+        --reference benchmarks/results/online_demo/demo_v3_workload2_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from benchmarks.online_common import load_sources, markdown_table, save_results
+from osd.analysis.online_replay import tail_length
 from osd.conversations import save_conversations
 from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH
+from osd.demo.online_demo import last_of_domain, online_on
 from osd.metric_keys import ALPHA, VLLM_ACCEPTANCE_RATE, group_key
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
@@ -40,27 +52,66 @@ from osd.streams import abrupt_stream
 from osd.train import load_model, load_tokenizer
 
 COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
-           *DOMAINS, "updates", "swap_time_s", "update_share", "background_share", "teacher_forward_share"]  # fmt: skip
+           *DOMAINS, "tail_tokens_per_s", *(f"tail_{d}" for d in DOMAINS), "updates", "swap_time_s",
+           "update_share", "background_share", "teacher_forward_share", "trainer_catch_up_s"]  # fmt: skip
 
 
-def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None) -> dict:
-    """One pass over the stream; the measures of one table row."""
+def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None, tails: dict) -> dict:
+    """One pass over the stream; the measures of one table row. `tails`: stream indices per domain."""
     entries = []
     start = time.perf_counter()
     server = OnlineServer(llm, args, distiller, entries.append)
     state = server.run(queries)
     wall = time.perf_counter() - start
+    served_s = server.last_output_s  # a server does not wait for its trainer to catch up
     latencies = [q.wall_time_s for q in state.queries]
     p50, p90 = (statistics.quantiles(latencies, n=10)[i] for i in (4, 8))
     last = entries[-1]  # --online_eval_interval = the stream: one entry over every query
+    on_tails = {d: online_on(state.queries, indices) for d, indices in tails.items()}
+    target_only = math.isnan(last[ALPHA])  # nothing proposed
     return {
-        "tokens_per_s": sum(q.num_generated for q in state.queries) / wall, "latency_p50_s": p50, "latency_p90_s": p90,
-        "alpha": last[ALPHA], "vllm_acceptance": last[VLLM_ACCEPTANCE_RATE],
+        "tokens_per_s": sum(q.num_generated for q in state.queries) / served_s, "latency_p50_s": p50,
+        "latency_p90_s": p90, "alpha": last[ALPHA], "vllm_acceptance": last[VLLM_ACCEPTANCE_RATE],
         **{d: last.get(group_key("dataset", d), float("nan")) for d in DOMAINS},
+        # per-query latencies: at concurrency 1 the serving time of each query, as the demo's tables count it
+        "tail_tokens_per_s": sum(t["tokens"] for t in on_tails.values()) / sum(t["s"] for t in on_tails.values()),
+        **{f"tail_{d}": float("nan") if target_only else t["alpha"] for d, t in on_tails.items()},
         "updates": state.updates, "update_share": state.update_time_s / wall, "wall_s": wall,
         "background_share": state.background_update_time_s / wall,
-        "teacher_forward_share": server.teacher_time_s / wall,
+        "teacher_forward_share": server.teacher_time_s / wall, "trainer_catch_up_s": wall - served_s,
         "swap_time_s": statistics.mean(server.swap_times) if server.swap_times else float("nan"),
+    }  # fmt: skip
+
+
+def compare_to_demo(rows: list[dict], summary_path: str, opts: argparse.Namespace) -> dict:
+    """The concurrency-1 runs against `osd.demo.online_demo`'s summary.json on the same stream: per-domain
+    alpha on the tails (vLLM's OSD run minus the demo's online run) and the speedups over the target alone."""
+    demo = json.loads(Path(summary_path).read_text())
+    mine = {"per_domain": opts.per_domain, "gamma": opts.gamma, "max_new_tokens": opts.max_new_tokens,
+            "tail": opts.tail, "update_interval": opts.update_interval, "steps_per_update": opts.steps_per_update,
+            "learning_rate": opts.learning_rate, "loss_positions": opts.loss_positions}  # fmt: skip
+    differ = {k: (v, demo["args"].get(k)) for k, v in mine.items() if demo["args"].get(k) != v}
+    if differ or demo["args"]["domains"] != list(DOMAINS):
+        raise SystemExit(f"--reference {summary_path}: recorded with other settings (ours, its): {differ}")
+    c1 = {r["run"]: r for r in rows if r["concurrency"] == 1}
+    if len(c1) < 3:
+        raise SystemExit("--reference compares the concurrency-1 runs: add 1 to --concurrency")
+    spec = {r["domain"]: r for r in demo["domains"]}
+    tot = {
+        k: sum(r["standard"][k] for r in spec.values())
+        for k in ("sd_tokens", "sd_s", "target_tokens", "target_s")
+    }
+    online_tok, online_s = (sum(r["online"][k] for r in spec.values()) for k in ("tokens", "s"))
+    base = tot["target_tokens"] / tot["target_s"]
+    vllm_base = c1["target only"]["tail_tokens_per_s"]
+    return {
+        "reference": summary_path,
+        "alpha": {d: {"osd_spec_online": spec[d]["online"]["alpha"], "vllm_osd": c1["+ OSD draft"][f"tail_{d}"],
+                      "osd_spec_standard": spec[d]["standard"]["alpha"], "vllm_standard": c1["+ Standard draft"][f"tail_{d}"]}
+                  for d in DOMAINS},
+        "speedup": {"osd_spec_standard": tot["sd_tokens"] / tot["sd_s"] / base, "osd_spec_online": online_tok / online_s / base,
+                    "vllm_standard": c1["+ Standard draft"]["tail_tokens_per_s"] / vllm_base,
+                    "vllm_osd": c1["+ OSD draft"]["tail_tokens_per_s"] / vllm_base},
     }  # fmt: skip
 
 
@@ -87,34 +138,52 @@ def plot_throughput(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--per_domain", type=int, default=8)
+    ap.add_argument("--per_domain", type=int, default=30)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--gamma", type=int, default=3)
-    ap.add_argument("--max_new_tokens", type=int, default=64)
-    ap.add_argument("--update_interval", type=int, default=4)
+    ap.add_argument("--max_new_tokens", type=int, default=48)
+    ap.add_argument("--update_interval", type=int, default=1)
     ap.add_argument("--learning_rate", type=float, default=1e-4)
-    ap.add_argument(
-        "--steps_per_update", type=int, default=4, help="AdamW steps per update (the demo's recipe)"
-    )
+    ap.add_argument("--steps_per_update", type=int, default=4, help="AdamW steps per update")
+    ap.add_argument("--loss_positions", choices=["wrong", "all"], default="all",
+                    help="the served tokens the loss reads (osd.serving's --online_loss_positions)")  # fmt: skip
     ap.add_argument("--background_update", action=argparse.BooleanOptionalAction, default=True,
                     help="the trainer in a worker thread (osd.serving's --online_background_update)")  # fmt: skip
+    ap.add_argument("--tail", type=int, default=0, help="queries at the end of each domain's block "
+                    "compared per domain (default: the demo's, the last third)")  # fmt: skip
+    ap.add_argument("--reference", help="an osd.demo.online_demo summary.json recorded on this stream")
     ap.add_argument("--out", default="outputs/bench_vllm")
     opts = ap.parse_args()
+    opts.tail = opts.tail or tail_length(opts.per_domain)
     torch.set_num_threads(1)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     stream = abrupt_stream(load_sources(DOMAINS), [opts.per_domain] * len(DOMAINS))
     save_conversations(stream, out / "stream.json")
-    args = ServingArguments(
-        data_path=str(out / "stream.json"), output_dir=str(out), max_propose_num=opts.gamma,
-        max_new_tokens=opts.max_new_tokens, online_update_interval=opts.update_interval,
-        online_eval_interval=len(stream), learning_rate=opts.learning_rate,
-        online_background_update=opts.background_update,
-    )  # fmt: skip
+    tails = {d: last_of_domain(stream, d, opts.tail) for d in DOMAINS}
+    with tempfile.TemporaryDirectory(prefix="bench_vllm_") as scratch:
+        args = ServingArguments(
+            data_path=str(out / "stream.json"), output_dir=scratch, max_propose_num=opts.gamma,
+            max_new_tokens=opts.max_new_tokens, online_update_interval=opts.update_interval,
+            online_eval_interval=len(stream), learning_rate=opts.learning_rate,
+            online_steps_per_update=opts.steps_per_update, online_loss_positions=opts.loss_positions,
+            online_background_update=opts.background_update,
+        )  # fmt: skip
+        rows = run_all(args, opts, tails, Path(scratch))
+    result = {"options": vars(opts), "rows": rows}
+    if opts.reference:
+        result["osd_spec"] = compare_to_demo(rows, opts.reference, opts)
+        print(json.dumps(result["osd_spec"], indent=1))
+    save_results(out, result, markdown_table(rows, COLUMNS))
+    plot_throughput(rows, out / "throughput.png")
+
+
+def run_all(args: ServingArguments, opts: argparse.Namespace, tails: dict, scratch: Path) -> list[dict]:
+    """The three runs at each concurrency, on two engines (target only; target + draft speculator)."""
     queries = load_queries(args.data_path, load_tokenizer(str(TARGET_PATH), None), 512)
     target_only = build_engine(str(TARGET_PATH), None, 0)
-    speculative = build_engine(str(TARGET_PATH), served_draft_folder(str(DRAFT_PATH), out), opts.gamma)
-    standard = out / "standard_draft.safetensors"
+    speculative = build_engine(str(TARGET_PATH), served_draft_folder(str(DRAFT_PATH), scratch), opts.gamma)
+    standard = scratch / "standard_draft.safetensors"
     export_draft(load_model(str(DRAFT_PATH), "float32", None), standard, torch.bfloat16)
     target = load_model(str(TARGET_PATH), args.teacher_dtype, None)
     for llm in (target_only, speculative):  # warm-up: the first requests pay one-time costs
@@ -122,18 +191,23 @@ def main() -> None:
     rows = []
     for c in opts.concurrency:
         args.concurrency = c
-        rows.append({"run": "target only", "concurrency": c, **serve(target_only, queries, args, None)})
+        rows.append(
+            {"run": "target only", "concurrency": c, **serve(target_only, queries, args, None, tails)}
+        )
         swap_draft(speculative, str(standard))
-        rows.append({"run": "+ Standard draft", "concurrency": c, **serve(speculative, queries, args, None)})
+        rows.append(
+            {"run": "+ Standard draft", "concurrency": c, **serve(speculative, queries, args, None, tails)}
+        )
         swap_draft(speculative, str(standard))
         distiller = DraftDistiller(load_model(str(DRAFT_PATH), "float32", None), target, learning_rate=opts.learning_rate,
                                    steps_per_update=opts.steps_per_update)  # fmt: skip
-        rows.append({"run": "+ OSD draft", "concurrency": c, **serve(speculative, queries, args, distiller)})
+        rows.append(
+            {"run": "+ OSD draft", "concurrency": c, **serve(speculative, queries, args, distiller, tails)}
+        )
         print(markdown_table(rows[-3:], COLUMNS), flush=True)
     for llm in (target_only, speculative):
         shutdown_engine(llm)
-    save_results(out, {"options": vars(opts), "rows": rows}, markdown_table(rows, COLUMNS))
-    plot_throughput(rows, out / "throughput.png")
+    return rows
 
 
 if __name__ == "__main__":

@@ -44,6 +44,24 @@ def make_parser(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
+def add_recipe_args(parser: argparse.ArgumentParser) -> None:
+    """The online recipe's flags beyond the interval and lr (the demo's: 4 steps, every served token)."""
+    parser.add_argument("--steps_per_update", type=int, default=1, help="--online_steps_per_update")
+    parser.add_argument(
+        "--loss_positions", choices=["wrong", "all"], default="wrong", help="--online_loss_positions"
+    )
+
+
+def recipe_argv(args: argparse.Namespace) -> list[str]:
+    """`add_recipe_args`'s flags as `osd.train --mode online` arguments (`run_online`'s `extra`)."""
+    return [
+        "--online_steps_per_update",
+        str(args.steps_per_update),
+        "--online_loss_positions",
+        args.loss_positions,
+    ]
+
+
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

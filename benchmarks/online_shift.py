@@ -28,6 +28,7 @@ from pathlib import Path
 
 from benchmarks.online_common import (
     NEVER,
+    add_recipe_args,
     alpha_over,
     load_sources,
     make_parser,
@@ -35,6 +36,7 @@ from benchmarks.online_common import (
     of_group,
     parse,
     prefix_samples,
+    recipe_argv,
     run_online,
     save_results,
     static_runs,
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=320, help="drift/mix: stream length")
     parser.add_argument("--update_interval", type=int, default=1)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
+    add_recipe_args(parser)
     parser.add_argument("--window", type=int, default=20, help="queries per table cell and moving average")
     parser.add_argument(
         "--static_fractions", nargs="*", type=float, default=[], help="static drafts on the stream's first f"
@@ -106,7 +109,11 @@ def main(argv: list[str] | None = None) -> dict:
     samples = prefix_samples(stream, args.static_fractions)
     runs = {
         "online": run_online(
-            out / "online", stream, update_interval=args.update_interval, learning_rate=args.learning_rate
+            out / "online",
+            stream,
+            update_interval=args.update_interval,
+            learning_rate=args.learning_rate,
+            extra=recipe_argv(args),
         ),
         "Standard": run_online(out / "standard", stream, update_interval=NEVER),
     }

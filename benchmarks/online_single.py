@@ -22,12 +22,14 @@ from pathlib import Path
 
 from benchmarks.online_common import (
     NEVER,
+    add_recipe_args,
     alpha_over,
     load_sources,
     make_parser,
     markdown_table,
     parse,
     prefix_samples,
+    recipe_argv,
     run_online,
     save_results,
     static_runs,
@@ -54,10 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--update_interval", type=int, default=8)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
-    parser.add_argument("--steps_per_update", type=int, default=1, help="--online_steps_per_update")
-    parser.add_argument(
-        "--loss_positions", choices=["wrong", "all"], default="wrong", help="--online_loss_positions"
-    )
+    add_recipe_args(parser)
     parser.add_argument("--window", type=int, default=25, help="moving-average window (queries)")
     parser.add_argument(
         "--offline_steps", type=int, default=60, help="steps of each offline baseline (batch 8)"
@@ -72,15 +71,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.sample_fraction > 0:
         offline |= prefix_samples(stream, [args.sample_fraction])
     common = {"learning_rate": args.learning_rate}
-    recipe = [
-        "--online_steps_per_update",
-        str(args.steps_per_update),
-        "--online_loss_positions",
-        args.loss_positions,
-    ]
     runs = {
         "online": run_online(
-            out / "online", stream, update_interval=args.update_interval, extra=recipe, **common
+            out / "online", stream, update_interval=args.update_interval, extra=recipe_argv(args), **common
         ),
         "Standard": run_online(out / "standard", stream, update_interval=NEVER, **common),
     }

@@ -89,6 +89,7 @@ class OnlineServer:
         self.llm, self.args, self.distiller, self.log = llm, args, distiller, log
         self.state, self.buffer, self.swap_times = OnlineState(), [], []
         self.teacher_time_s = 0.0  # of update_time_s: the target's teacher-forced forwards
+        self.last_output_s = 0.0  # from the start of `run` to the latest output (not the trainer's catch-up)
         self.engine_counts = [0, 0]  # vLLM's accepted and proposed draft tokens since the last entry
         self.swap_path = Path(args.output_dir) / SWAP_FILE
         background = distiller is not None and args.online_background_update
@@ -103,6 +104,7 @@ class OnlineServer:
         )
         start = time.perf_counter()
         for served in pool.stream([q.prompt_ids for q in queries]):
+            self.last_output_s = time.perf_counter() - start
             self._finish(served, queries[served.index].groups)
             done = len(self.state.queries)
             if done == len(queries):

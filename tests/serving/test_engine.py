@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -166,10 +167,12 @@ def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_p
     target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
     distiller = DraftDistiller(draft, target, learning_rate=args.learning_rate)
     entries = []
-    state = OnlineServer(llm, args, distiller, entries.append).run(
-        load_queries(args.data_path, tokenizer, 400, limit=8)
-    )
+    server = OnlineServer(llm, args, distiller, entries.append)
+    start = time.perf_counter()
+    state = server.run(load_queries(args.data_path, tokenizer, 400, limit=8))
     assert len(state.queries) == 8 and state.updates == 4
+    # the last output comes after every query's serving time and before run returns (it waits for the trainer)
+    assert max(q.wall_time_s for q in state.queries) <= server.last_output_s <= time.perf_counter() - start
     assert [e["queries_served"] for e in entries] == [4, 8]
     # in the background, exports that are ready together are swapped in once
     assert 1 <= entries[-1]["draft_swaps"] <= 4 if background else entries[-1]["draft_swaps"] == 4
