@@ -46,6 +46,7 @@ convert() {  # HF_DIR NAME
 }
 
 DRAFTS=(standard)
+declare -A FOLDERS=([standard]="$DRAFT" [distilled]="$DISTILLED")   # config.draft_vocab: the draft's proposals
 convert "$DRAFT" demo-standard
 if [[ -d "$DISTILLED" ]]; then
     rm -f "$WORK/gguf/demo-distilled-$TYPE.gguf"   # the distilled draft changes between runs
@@ -60,6 +61,7 @@ for D in "${DRAFTS[@]}"; do
     REPORTED+=("$OUT/$D.jsonl")
     "$PYTHON" -m llamacpp_patches.run --target_gguf "$TARGET_GGUF" \
         --draft_gguf "$WORK/gguf/demo-$D-$TYPE.gguf" --tokenizer_path "$TARGET" --data_path "${DATA[@]}" \
-        --limit "$LIMIT" --max_new_tokens "$N" --gamma "$GAMMA" --threads "$THREADS" --ctx_size "$CTX" --out_dir "$OUT" --label "$D"
+        --limit "$LIMIT" --max_new_tokens "$N" --gamma "$GAMMA" --threads "$THREADS" --ctx_size "$CTX" --out_dir "$OUT" --label "$D" \
+        --draft_vocab_from "${FOLDERS[$D]}"
 done
 "$PYTHON" -m llamacpp_patches.report "${REPORTED[@]}" --json "$OUT/summary.json"

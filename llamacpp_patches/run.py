@@ -27,6 +27,7 @@ from transformers import AutoTokenizer, HfArgumentParser
 
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.prompting import encode_prompt
+from osd.spec import draft_vocab
 
 from .prompts import osd_template, template_mismatches
 from .report import format_table, load_lines, summarize
@@ -67,6 +68,13 @@ class StreamArgs:
     )
     extra_args: str = field(
         default="", metadata={"help": "more llama.cpp flags, e.g. '-ngl 99 -ngld 99' on a GPU"}
+    )
+    draft_vocab_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "HF folder of the draft: with a sub-vocabulary head (config.draft_vocab), the draft proposes "
+            "over those tokens only, as osd.spec serves it (--osd-draft-vocab)"
+        },
     )
     prompt_source: str = field(
         default="ids",
@@ -114,12 +122,27 @@ def check_prompt_ids(lines: list[dict], records: list[dict], tokenizer) -> list[
     ]
 
 
+def draft_vocab_file(args: StreamArgs, out_dir: Path) -> list[str]:
+    """`--osd-draft-vocab FILE` for a draft saved with a sub-vocabulary head (its token ids written to
+    FILE), else nothing."""
+    if args.draft_vocab_from is None:
+        return []
+    config = json.loads((Path(args.draft_vocab_from) / "config.json").read_text(encoding="utf-8"))
+    ids = config.get(draft_vocab.CONFIG_KEY)
+    if not ids:
+        return []
+    path = out_dir / f"{args.label}_draft_vocab.json"
+    path.write_text(json.dumps(ids), encoding="utf-8")
+    return ["--osd-draft-vocab", str(path)]
+
+
 def stream(args: StreamArgs, data: Path, out: Path, template: str) -> None:
     cmd = [
         args.binary, "-m", args.target_gguf, "-md", args.draft_gguf, "-n", str(args.max_new_tokens), "-c", str(args.ctx_size),
         "-t", str(args.threads), "-tb", str(args.threads), "--spec-draft-n-max", str(args.gamma),
         "--osd-data", str(data), "--osd-out", str(out), "--osd-mode", "both",
-        "--osd-template", template, "--osd-dump-ids", *shlex.split(args.extra_args),
+        "--osd-template", template, "--osd-dump-ids", *draft_vocab_file(args, out.parent),
+        *shlex.split(args.extra_args),
     ]  # fmt: skip
     print("+", shlex.join(cmd), flush=True)
     subprocess.run(cmd, check=True)

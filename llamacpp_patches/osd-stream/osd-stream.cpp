@@ -49,6 +49,9 @@ Own flags (every other flag above is a common llama.cpp flag):
                        draft-only (for c), then speculative, so all three see the same machine load
   --osd-template STR   prompt template with exactly one {query} (default: FastChat vicuna_v1.1, the
                        template of osd/prompting.py); llamacpp_patches/run.py passes the HF tokenizer's
+  --osd-draft-vocab F  a JSON list of token ids (a sub-vocabulary draft's config.draft_vocab): the draft
+                       proposes its argmax over these tokens only, q = 0 elsewhere, as osd.spec serves it
+                       (a GGUF has no sub-vocabulary head: the draft still computes every row)
   --osd-dump-ids       also write prompt_ids and output_ids (to check tokenization and greedy equality)
   --osd-no-warmup      skip the untimed warm-up pass over the first query
 )";
@@ -68,6 +71,7 @@ struct osd_args {
     long        limit    = -1;
     std::string mode     = "both";
     std::string tmpl     = VICUNA_TEMPLATE;
+    std::string draft_vocab; // file: JSON list of token ids; empty = the whole vocabulary
     bool        dump_ids = false;
     bool        warmup   = true;
 };
@@ -121,6 +125,7 @@ static osd_args take_osd_args(int & argc, char ** argv) {
         else if (arg == "--osd-limit")    { a.limit = std::stol(val); }
         else if (arg == "--osd-mode")     { a.mode  = val; }
         else if (arg == "--osd-template") { a.tmpl  = val; }
+        else if (arg == "--osd-draft-vocab") { a.draft_vocab = val; }
         else { throw std::invalid_argument("unknown flag " + arg); }
     }
     argc = kept;
@@ -210,6 +215,40 @@ static llama_token argmax(llama_context * ctx, int32_t i, int32_t n_vocab) {
     return (llama_token) (std::max_element(logits, logits + n_vocab) - logits);
 }
 
+// The argmax over `ids` only (a sub-vocabulary draft); over every token when `ids` is empty.
+static llama_token argmax_in(llama_context * ctx, int32_t i, int32_t n_vocab, const std::vector<llama_token> & ids) {
+    if (ids.empty()) {
+        return argmax(ctx, i, n_vocab);
+    }
+    const float * logits = llama_get_logits_ith(ctx, i);
+    return *std::max_element(ids.begin(), ids.end(), [&](llama_token a, llama_token b) { return logits[a] < logits[b]; });
+}
+
+// --osd-draft-vocab: the token ids of a JSON list, each in [0, n_vocab), sorted and unique.
+static std::vector<llama_token> load_draft_vocab(const std::string & path, int32_t n_vocab) {
+    if (path.empty()) {
+        return {};
+    }
+    std::ifstream f(path);
+    if (!f) {
+        throw std::runtime_error(path + ": cannot open the draft vocabulary (--osd-draft-vocab)");
+    }
+    const json j = json::parse(f, nullptr, /*allow_exceptions=*/ false);
+    if (!j.is_array() || j.empty()) {
+        throw std::runtime_error(path + ": --osd-draft-vocab needs a non-empty JSON list of token ids");
+    }
+    std::vector<llama_token> ids;
+    for (const json & t : j) {
+        if (!t.is_number_integer() || t.get<long>() < 0 || t.get<long>() >= n_vocab) {
+            throw std::runtime_error(path + ": token id " + t.dump() + " is not in [0, " + std::to_string(n_vocab) + ")");
+        }
+        ids.push_back(t.get<llama_token>());
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids;
+}
+
 // Decode tokens at positions pos0.. on sequence 0; logits only for the last one unless all_logits.
 static void decode(llama_context * ctx, common_batch & batch, const llama_token * tokens, size_t n, llama_pos pos0, bool all_logits) {
     const size_t n_batch = llama_n_batch(ctx);
@@ -261,7 +300,8 @@ static osd_result run_baseline(llama_context * ctx_tgt, common_batch & batch, co
 // in one target pass, keep the accepted prefix plus the target's own next token, roll both KV
 // caches back to the kept sequence. The output is the target's greedy output token for token.
 static osd_result run_speculative(llama_context * ctx_tgt, llama_context * ctx_dft, common_batch & batch_tgt,
-                                  common_batch & batch_dft, const std::vector<llama_token> & prompt, int n_predict, int gamma) {
+                                  common_batch & batch_dft, const std::vector<llama_token> & prompt, int n_predict, int gamma,
+                                  const std::vector<llama_token> & draft_vocab) {
     const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx_tgt));
     const int32_t n_vocab = llama_vocab_n_tokens(vocab);
     osd_result r;
@@ -288,7 +328,7 @@ static osd_result run_speculative(llama_context * ctx_tgt, llama_context * ctx_d
             // catch the draft up (after a fully accepted step it lacks d_k), then propose k tokens
             decode(ctx_dft, batch_dft, seq.data() + n_dft, seq.size() - n_dft, (llama_pos) n_dft, false);
             for (int i = 0; i < k; ++i) {
-                step.push_back(argmax(ctx_dft, -1, n_vocab));
+                step.push_back(argmax_in(ctx_dft, -1, n_vocab, draft_vocab));
                 if (i + 1 < k) {
                     decode(ctx_dft, batch_dft, &step.back(), 1, n_past + 1 + i, false);
                 }
@@ -330,7 +370,7 @@ static osd_result run_speculative(llama_context * ctx_tgt, llama_context * ctx_d
 
 static json result_line(const osd_query & q, const std::string & mode, const osd_result & r, const common_params & params,
                         const std::string & model, const std::string & draft_model, const std::vector<llama_token> & prompt,
-                        bool dump_ids) {
+                        bool dump_ids, size_t n_draft_vocab) {
     const double decode_ms = r.decode_us / 1e3;
     const size_t n_gen = r.output.size();
     json j = {
@@ -341,6 +381,7 @@ static json result_line(const osd_query & q, const std::string & mode, const osd
         {"model", model},
         {"draft_model", mode == "speculative" ? json(draft_model) : json()},
         {"gamma", mode == "speculative" ? params.speculative.draft.n_max : 0},
+        {"draft_vocab", mode == "speculative" && n_draft_vocab > 0 ? json(n_draft_vocab) : json()},
         {"n_threads", params.cpuparams.n_threads},
         {"prompt_from", q.prompt_ids.empty() ? "template" : "record"},
         {"prompt_tokens", prompt.size()},
@@ -370,7 +411,7 @@ static std::string canonical(const std::string & path) {
 
 // Serve every query in order with both models already loaded; one flushed JSON line per (query, mode).
 static void serve(const osd_args & a, const std::vector<osd_query> & queries, const common_params & params,
-                  llama_context * ctx_tgt, llama_context * ctx_dft) {
+                  llama_context * ctx_tgt, llama_context * ctx_dft, const std::vector<llama_token> & draft_vocab) {
     std::ofstream out(a.out);
     if (!out) {
         throw std::runtime_error(a.out + ": cannot open the output file");
@@ -408,7 +449,7 @@ static void serve(const osd_args & a, const std::vector<osd_query> & queries, co
             run_baseline(ctx_dft, batch_dft, prompts[0], n_warm);
         }
         if (a.mode != "baseline") {
-            run_speculative(ctx_tgt, ctx_dft, batch_tgt, batch_dft, prompts[0], n_warm, gamma);
+            run_speculative(ctx_tgt, ctx_dft, batch_tgt, batch_dft, prompts[0], n_warm, gamma, draft_vocab);
         }
     }
     for (size_t i = 0; i < queries.size(); ++i) {
@@ -416,16 +457,16 @@ static void serve(const osd_args & a, const std::vector<osd_query> & queries, co
         const std::vector<llama_token> & prompt = prompts[i];
         if (a.mode != "speculative") {
             const osd_result r = run_baseline(ctx_tgt, batch_tgt, prompt, params.n_predict);
-            out << result_line(q, "baseline", r, params, model_path, draft_path, prompt, a.dump_ids).dump() << "\n";
+            out << result_line(q, "baseline", r, params, model_path, draft_path, prompt, a.dump_ids, draft_vocab.size()).dump() << "\n";
         }
         if (a.mode == "both") {
             // the draft alone, under the same machine load, for c = draft / target ms per token
             const osd_result r = run_baseline(ctx_dft, batch_dft, prompt, params.n_predict);
-            out << result_line(q, "baseline", r, params, draft_path, draft_path, prompt, a.dump_ids).dump() << "\n";
+            out << result_line(q, "baseline", r, params, draft_path, draft_path, prompt, a.dump_ids, draft_vocab.size()).dump() << "\n";
         }
         if (a.mode != "baseline") {
-            const osd_result r = run_speculative(ctx_tgt, ctx_dft, batch_tgt, batch_dft, prompt, params.n_predict, gamma);
-            out << result_line(q, "speculative", r, params, model_path, draft_path, prompt, a.dump_ids).dump() << "\n";
+            const osd_result r = run_speculative(ctx_tgt, ctx_dft, batch_tgt, batch_dft, prompt, params.n_predict, gamma, draft_vocab);
+            out << result_line(q, "speculative", r, params, model_path, draft_path, prompt, a.dump_ids, draft_vocab.size()).dump() << "\n";
             LOG_INF("%s: query %zu (%s): %d/%d draft tokens accepted\n", __func__, q.index, q.id.c_str(), r.accepted, r.drafted);
         }
         out.flush();
@@ -490,7 +531,7 @@ static int run(int argc, char ** argv) {
         }
     }
 
-    serve(a, queries, params, ctx_tgt, ctx_dft);
+    serve(a, queries, params, ctx_tgt, ctx_dft, load_draft_vocab(a.draft_vocab, llama_vocab_n_tokens(vocab)));
 
     LOG_INF("%s: wrote %zu queries to %s\n", __func__, queries.size(), a.out.c_str());
 

@@ -111,8 +111,8 @@ def _table_rows(section: str) -> list[list[str]]:
 def test_recorded_table_is_the_report_of_its_files() -> None:
     section = CURRENT.split("## Measured here")[1]
     rows = _table_rows(section)
-    assert len(rows) == 6
-    results = ROOT / "llamacpp_patches" / "results" / "demo_v2_cpu"
+    assert len(rows) == 8
+    results = ROOT / "llamacpp_patches" / "results" / "demo_v3_cpu"
     names = {"Standard": "demo-standard-f16", "Online-distilled": "demo-distilled-f16"}
     for gamma, draft, *numbers in rows:
         files = sorted(str(f) for f in results.glob(f"*_g{gamma}.jsonl"))
