@@ -1,0 +1,107 @@
+"""Does a trainer beside the engine slow serving, and through what: the GIL (a thread) or the machine?
+
+    python -m benchmarks.trainer_contention --out benchmarks/results/trainer_contention_v1
+
+`osd.spec` serves --queries eval prompts of --domain with the demo pair (greedy, --gamma, bf16, one
+torch thread) three ways, --rounds times in turn: alone; with a thread looping the online update
+(what --online_background_update runs: the forward KL of one buffered query on every served token,
+backward, AdamW step, the draft in float32); with a process looping the same. Serving speed is
+generated tokens over the engine's own time (SpecOutput.wall_time_s); the trainer's steps taken
+meanwhile show it really ran. Writes {out}/results.json and table.md.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.online_common import load_sources, make_parser, markdown_table, parse, save_results
+from osd.conversations import user_query
+from osd.demo import DRAFT_PATH, TARGET_PATH
+from osd.distill.losses import get_divergence
+from osd.distill.online import BufferedQuery, buffer_query, distillation_loss
+from osd.prompting import encode_prompt
+from osd.spec.decoder import SpeculativeDecoder
+from osd.train import load_model, load_tokenizer
+
+MODES = ("alone", "thread", "process")
+
+
+def train_forever(stop, steps, query: BufferedQuery, draft_path: str = str(DRAFT_PATH)) -> None:
+    """The online update on one buffered query, again and again, until `stop` is set (thread or process);
+    `steps` (a shared int) counts the optimizer steps."""
+    torch.set_num_threads(1)
+    draft = load_model(draft_path, "float32", None)
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=1e-4)
+    divergence = get_divergence("forward")
+    while not stop.is_set():
+        distillation_loss(draft, [query], divergence, backward=lambda loss: loss.backward())
+        optimizer.step()
+        optimizer.zero_grad()
+        with steps.get_lock():
+            steps.value += 1
+
+
+def serve(decoder: SpeculativeDecoder, prompts: list[torch.Tensor], max_new_tokens: int, eos: int) -> float:
+    """Generated tokens per second of the engine's own time over the prompts ([1, T] each)."""
+    outs = [decoder.generate(p, max_new_tokens=max_new_tokens, eos_token_id=eos) for p in prompts]
+    return sum(o.generated_ids.shape[1] for o in outs) / sum(o.wall_time_s for o in outs)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = make_parser(__doc__)
+    parser.add_argument("--domain", default="code")
+    parser.add_argument("--queries", type=int, default=10, help="eval prompts served per measurement")
+    parser.add_argument("--max_new_tokens", type=int, default=48)
+    parser.add_argument("--gamma", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--warm_s", type=float, default=8.0, help="seconds the trainer runs before serving starts"
+    )
+    parser.add_argument("--out", default="outputs/trainer_contention")
+    args = parse(parser, argv)
+    tokenizer = load_tokenizer(str(TARGET_PATH), None)
+    records = load_sources([args.domain], "eval")[args.domain][: args.queries]
+    prompts = [torch.tensor([encode_prompt(tokenizer, user_query(r))]) for r in records]
+    target = load_model(str(TARGET_PATH), "bfloat16", None).eval()
+    draft = load_model(str(DRAFT_PATH), "bfloat16", None).eval()
+    decoder = SpeculativeDecoder(draft, target, gamma=args.gamma)
+    first = decoder.generate(prompts[0], max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                             return_target_logits=True)  # fmt: skip
+    query = buffer_query(prompts[0], first, "all")
+    serve(decoder, prompts, args.max_new_tokens, tokenizer.eos_token_id)  # warm-up
+    spawn = mp.get_context("spawn")
+    rows = []
+    for round_ in range(1, args.rounds + 1):
+        for mode in MODES:
+            stop = threading.Event() if mode == "thread" else spawn.Event()
+            steps = spawn.Value("i", 0)
+            worker = None
+            if mode != "alone":
+                make = threading.Thread if mode == "thread" else spawn.Process
+                worker = make(target=train_forever, args=(stop, steps, query))
+                worker.start()
+                time.sleep(args.warm_s)  # loaded and looping
+            before = steps.value
+            tokens_per_s = serve(decoder, prompts, args.max_new_tokens, tokenizer.eos_token_id)
+            rows.append({"round": round_, "trainer": mode, "tokens_per_s": tokens_per_s,
+                         "trainer_steps_meanwhile": steps.value - before})  # fmt: skip
+            stop.set()
+            if worker is not None:
+                worker.join()
+    for r in rows:
+        alone = next(a for a in rows if a["round"] == r["round"] and a["trainer"] == "alone")
+        r["vs_alone"] = r["tokens_per_s"] / alone["tokens_per_s"]
+    results = {"args": vars(args), "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_results(out, results, markdown_table(rows, list(rows[0])))
+    return results
+
+
+if __name__ == "__main__":
+    main()
