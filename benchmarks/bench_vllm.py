@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -41,7 +40,7 @@ from benchmarks.online_common import load_sources, markdown_table, save_results
 from osd.analysis.online_replay import tail_length
 from osd.conversations import save_conversations
 from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH
-from osd.demo.online_demo import last_of_domain, online_on
+from osd.demo.online_demo import last_of_domain, online_on, tokens_per_s, total_row
 from osd.metric_keys import ALPHA, VLLM_ACCEPTANCE_RATE, group_key
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
@@ -68,14 +67,13 @@ def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None
     p50, p90 = (statistics.quantiles(latencies, n=10)[i] for i in (4, 8))
     last = entries[-1]  # --online_eval_interval = the stream: one entry over every query
     on_tails = {d: online_on(state.queries, indices) for d, indices in tails.items()}
-    target_only = math.isnan(last[ALPHA])  # nothing proposed
     return {
         "tokens_per_s": sum(q.num_generated for q in state.queries) / served_s, "latency_p50_s": p50,
         "latency_p90_s": p90, "alpha": last[ALPHA], "vllm_acceptance": last[VLLM_ACCEPTANCE_RATE],
         **{d: last.get(group_key("dataset", d), float("nan")) for d in DOMAINS},
         # per-query latencies: at concurrency 1 the serving time of each query, as the demo's tables count it
         "tail_tokens_per_s": sum(t["tokens"] for t in on_tails.values()) / sum(t["s"] for t in on_tails.values()),
-        **{f"tail_{d}": float("nan") if target_only else t["alpha"] for d, t in on_tails.items()},
+        **{f"tail_{d}": t["alpha"] for d, t in on_tails.items()},
         "updates": state.updates, "update_share": state.update_time_s / wall, "wall_s": wall,
         "background_share": state.background_update_time_s / wall,
         "teacher_forward_share": server.teacher_time_s / wall, "trainer_catch_up_s": wall - served_s,
@@ -97,19 +95,14 @@ def compare_to_demo(rows: list[dict], summary_path: str, opts: argparse.Namespac
     if len(c1) < 3:
         raise SystemExit("--reference compares the concurrency-1 runs: add 1 to --concurrency")
     spec = {r["domain"]: r for r in demo["domains"]}
-    tot = {
-        k: sum(r["standard"][k] for r in spec.values())
-        for k in ("sd_tokens", "sd_s", "target_tokens", "target_s")
-    }
-    online_tok, online_s = (sum(r["online"][k] for r in spec.values()) for k in ("tokens", "s"))
-    base = tot["target_tokens"] / tot["target_s"]
+    base, standard, online = tokens_per_s(total_row(demo["domains"]))
     vllm_base = c1["target only"]["tail_tokens_per_s"]
     return {
         "reference": summary_path,
         "alpha": {d: {"osd_spec_online": spec[d]["online"]["alpha"], "vllm_osd": c1["+ OSD draft"][f"tail_{d}"],
                       "osd_spec_standard": spec[d]["standard"]["alpha"], "vllm_standard": c1["+ Standard draft"][f"tail_{d}"]}
                   for d in DOMAINS},
-        "speedup": {"osd_spec_standard": tot["sd_tokens"] / tot["sd_s"] / base, "osd_spec_online": online_tok / online_s / base,
+        "speedup": {"osd_spec_standard": standard / base, "osd_spec_online": online / base,
                     "vllm_standard": c1["+ Standard draft"]["tail_tokens_per_s"] / vllm_base,
                     "vllm_osd": c1["+ OSD draft"]["tail_tokens_per_s"] / vllm_base},
     }  # fmt: skip

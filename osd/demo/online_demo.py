@@ -47,7 +47,7 @@ from osd.demo.target import TARGET_NAME
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
-from osd.distill.online import OnlineDistillTrainer, QueryStats
+from osd.distill.online import OnlineDistillTrainer, QueryStats, pooled_alpha
 from osd.model_checks import check_same_tokenizer
 from osd.plots import alpha_series, dataset_bands, plot_alpha, read_log
 from osd.spec import AcceptanceStats, SpeculativeDecoder
@@ -100,9 +100,8 @@ def serve_tail(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new_to
 def online_on(queries: list[QueryStats], indices: list[int]) -> dict:
     """Token-weighted alpha and (tokens, seconds) of the online run over the queries at `indices`."""
     picked = [queries[i] for i in indices]
-    proposed = sum(q.num_proposed for q in picked)
-    return {"alpha": sum(q.alpha_sum for q in picked) / max(proposed, 1),
-            "tokens": sum(q.num_generated for q in picked), "s": sum(q.wall_time_s for q in picked)}  # fmt: skip
+    return {"alpha": pooled_alpha(picked), "tokens": sum(q.num_generated for q in picked),
+            "s": sum(q.wall_time_s for q in picked)}  # fmt: skip
 
 
 def last_of_domain(stream: list[dict], domain: str, n: int) -> list[int]:
@@ -132,16 +131,26 @@ def print_tables(rows: list[dict], tail: int, gamma: int) -> None:
         )
     print("\nlatency on the same queries, tokens/s (speedup over the target alone):")
     print(f"{'domain':<10} {'target only':>12} {'Standard SD':>18} {'online SD':>18}")
-    for r in rows + [_total(rows)]:
-        base = r["standard"]["target_tokens"] / r["standard"]["target_s"]
-        std = r["standard"]["sd_tokens"] / r["standard"]["sd_s"]
-        onl = r["online"]["tokens"] / r["online"]["s"]
+    for r in rows + [total_row(rows)]:
+        base, std, onl = tokens_per_s(r)
         print(
             f"{r['domain']:<10} {base:>12.1f} {std:>10.1f} ({std / base:.2f}x) {onl:>10.1f} ({onl / base:.2f}x)"
         )
 
 
-def _total(rows: list[dict]) -> dict:
+def tokens_per_s(row: dict) -> tuple[float, float, float]:
+    """tokens/s of the target alone, Standard SD and online SD in one row of the tables (or `total_row`)."""
+    std = row["standard"]
+    return (
+        std["target_tokens"] / std["target_s"],
+        std["sd_tokens"] / std["sd_s"],
+        row["online"]["tokens"] / row["online"]["s"],
+    )
+
+
+def total_row(rows: list[dict]) -> dict:
+    """The domains' rows summed: the tables' "all" row."""
+
     def add(part: str, key: str) -> float:
         return sum(r[part][key] for r in rows)
 

@@ -217,7 +217,8 @@ class QueryStats:
         )  # fmt: skip
 
 
-def _alpha(queries: Sequence[QueryStats]) -> float:
+def pooled_alpha(queries: Sequence[QueryStats]) -> float:
+    """Token-weighted alpha over the queries (nan when nothing was proposed: no draft served them)."""
     proposed = sum(q.num_proposed for q in queries)
     return sum(q.alpha_sum for q in queries) / proposed if proposed else math.nan
 
@@ -248,8 +249,8 @@ class OnlineState:
         recent = self.queries[self.logged :]
         steps = sum(q.steps for q in recent)
         logs = {
-            ALPHA: _alpha(recent),
-            ALPHA_WINDOW: _alpha(self.queries[-window:]),
+            ALPHA: pooled_alpha(recent),
+            ALPHA_WINDOW: pooled_alpha(self.queries[-window:]),
             ALPHA_CUMULATIVE: self.alpha_sum / self.num_proposed if self.num_proposed else math.nan,
             ACCEPTED_LENGTH: sum(q.accepted for q in recent) / steps if steps else math.nan,
             "proposed": sum(q.num_proposed for q in recent),  # the weight of "alpha" when aggregating entries
