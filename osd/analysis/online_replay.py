@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> dict:
         command = "python -m osd.analysis.online_replay " + " ".join(sys.argv[1:] if argv is None else argv)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         draft_path = str(Path(args.draft).resolve()) if Path(args.draft).exists() else args.draft
-        payload = {"command": command, "draft": draft_path, "gamma": args.gamma, **result,
+        payload = {"command": command, "draft": draft_path, "gamma": args.gamma,
+                   "max_new_tokens": recording.header["max_new_tokens"], **result,
                    "queries": {"standard": standard, "online": online}}  # fmt: skip
         Path(args.out).write_text(json.dumps(repo_relative(payload), indent=1) + "\n")
     return result

@@ -1,7 +1,7 @@
 """Online speculative decoding on the embedded default: the draft learns the stream it serves.
 
     python -m osd.demo.online_demo                      # about 7 minutes on a 2-core CPU
-    python -m osd.demo.online_demo --per_domain 150 --output_dir outputs/online_demo_long
+    python -m osd.demo.online_demo --per_domain 150 --ceiling none --output_dir outputs/online_demo_long
 
 A stream of queries from the local workload shifts abruptly from one domain to the next
 (--per_domain queries each, in --domains order). Each query is served by speculative decoding
@@ -10,7 +10,9 @@ every --update_interval queries the draft takes --steps_per_update distillation 
 it served (every token by default, the ones it got wrong with --loss_positions wrong;
 osd.distill.online, the same trainer as `python -m osd.train --mode online`). The default recipe
 (gamma 3; lr 1e-4, four steps per query on every served token, no replay) was chosen by replaying
-recipes over a recording of this stream (`osd.analysis.online_replay`; benchmarks/results/online_demo/).
+recipes over a recording of this stream (`osd.analysis.online_replay`; benchmarks/results/online_demo/);
+the default stream (45 queries of 32 new tokens per domain) spends the serving budget of 30 x 48 on
+longer blocks, where the draft has more queries to learn from (benchmarks/results/general_draft/LOG.md, 19).
 The draft trains in float32 and serves as a bf16 copy refreshed after each update; the update runs
 in a worker thread on a second core while the next query is served (--no-background_update: on the
 serving path), so each update serves from the query after next. A progress bar shows
@@ -57,7 +59,7 @@ from osd.train import load_model, load_tokenizer
 from osd.user_errors import run_main
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
-CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling.json"
+CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling_45x32.json"
 
 
 class AlphaProgress(TrainerCallback):
@@ -160,8 +162,8 @@ def total_row(rows: list[dict]) -> dict:
 
 def recorded_ceiling(path: str, stream: list[dict], args: argparse.Namespace) -> dict[str, float] | None:
     """Per-domain alpha of the offline-distilled ceiling from an `osd.analysis.online_replay
-    --offline_steps` result, if it was recorded on this very stream, draft and gamma, over the tail the
-    tables compare (the last third of each block); else None, with a note."""
+    --offline_steps` result, if it was recorded on this very stream, draft, gamma and answer length, over
+    the tail the tables compare (the last third of each block); else None, with a note."""
     if path == "none" or not Path(path).is_file():
         return None
     recorded = json.loads(Path(path).read_text())
@@ -169,6 +171,7 @@ def recorded_ceiling(path: str, stream: list[dict], args: argparse.Namespace) ->
         "stream": [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream],
         "draft": (REPO_ROOT / recorded["draft"]).resolve() == Path(args.draft).resolve(),
         "gamma": recorded.get("gamma") == args.gamma,
+        "max_new_tokens": recorded.get("max_new_tokens") == args.max_new_tokens,
         "tail": args.tail == tail_length(args.per_domain),
     }
     if not all(same.values()) or "offline" not in recorded:
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), help="stream order of the domains")
-    parser.add_argument("--per_domain", type=int, default=30, help="queries per domain segment")
+    parser.add_argument("--per_domain", type=int, default=45, help="queries per domain segment")
     parser.add_argument(
         "--stream", choices=["abrupt", "mix"], default="abrupt",
         help="abrupt: one segment per domain, in --domains order; mix: the same queries interleaved at random",
@@ -220,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--gamma", type=int, default=3, help="draft tokens per step (osd.cost_model.best_gamma for this pair)"
     )
-    parser.add_argument("--max_new_tokens", type=int, default=48)
+    parser.add_argument("--max_new_tokens", type=int, default=32)
     parser.add_argument("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
     parser.add_argument("--draft", default=str(DRAFT_PATH), help="draft (student) to start from")
     parser.add_argument("--dtype", default="bfloat16", choices=SERVING_DTYPES, help="the target's dtype")

@@ -81,7 +81,7 @@ def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp
     )
     assert all("ceiling" not in r for r in other["domains"])  # another stream: no line, a note
     assert "recorded with another stream; the plot has no ceiling line" in capsys.readouterr().out
-    for flags, differ in ((["--gamma", "2"], "gamma"), (["--tail", "2"], "tail")):
+    for flags, differ in ((["--gamma", "2"], "gamma"), (["--tail", "2"], "tail"), (["--max_new_tokens", "5"], "max_new_tokens")):
         other = main(pair + flags + ["--output_dir", str(tmp_path / differ), "--ceiling", str(ceiling)])
         assert all("ceiling" not in r for r in other["domains"])
         assert f"recorded with another {differ};" in capsys.readouterr().out
