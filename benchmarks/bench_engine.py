@@ -12,6 +12,7 @@ variant of Eq. 2 that charges verification at its measured price.
 Usage:
     python benchmarks/bench_engine.py --threads 1                  # the demo pair (bf16), demo eval prompts
     python benchmarks/bench_engine.py --threads 1 --draft outputs/online_demo/draft --draft_dtype bfloat16
+    python benchmarks/bench_engine.py --threads 1 --data_drafts outputs/online_demo/drafts/{domain}
     python benchmarks/bench_engine.py --target lmsys/vicuna-7b-v1.3 --draft JackFram/llama-160m \
         --data data/raw_data/spider_validation.json --num_prompts 20 --device cuda --dtype bfloat16
 """
@@ -41,12 +42,17 @@ from osd.spec.timing import step_time, synchronize
 DTYPES = ["bfloat16", "float32", "float16"]
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from osd.demo import DRAFT_PATH, WORKLOAD_DIR
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(TARGET_PATH), help="target model: hub name or path")
     ap.add_argument("--draft", default=str(DRAFT_PATH), help="draft model: hub name or path")
+    ap.add_argument(
+        "--data_drafts",
+        help="a draft per --data file instead of --draft: a path with {domain}, the file's name before "
+        "'_eval' (e.g. the main job's drafts/{domain}: the online draft as it stood after serving that domain)",
+    )
     ap.add_argument(
         "--data",
         nargs="+",
@@ -71,14 +77,15 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--draft_dtype", default="bfloat16", choices=DTYPES, help="the draft's dtype")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--output", default="benchmarks/results/engine.json")
-    return ap.parse_args()
+    return ap.parse_args(argv)
 
 
 @torch.inference_mode()
-def timed_generate(model, prompts, max_new_tokens, eos, pad, **kwargs) -> tuple[int, float]:
-    """(generated tokens, seconds) of HF greedy generate over the prompts."""
+def timed_generate(model, prompts, max_new_tokens, eos, pad, assistants=None) -> tuple[int, float]:
+    """(generated tokens, seconds) of HF greedy generate over the prompts (assisted by assistants[i], if given)."""
     tokens, seconds = 0, 0.0
-    for ids in prompts:
+    for i, ids in enumerate(prompts):
+        kwargs = {} if assistants is None else {"assistant_model": assistants[i]}
         synchronize(model.device)
         t = time.perf_counter()
         out = model.generate(
@@ -98,6 +105,24 @@ def timed_generate(model, prompts, max_new_tokens, eos, pad, **kwargs) -> tuple[
     return tokens, seconds
 
 
+def data_draft(args: argparse.Namespace, data_path: str) -> str:
+    """The draft that serves a --data file's prompts: --data_drafts with the file's domain, else --draft."""
+    if args.data_drafts is None:
+        return args.draft
+    domain = Path(data_path).name.split("_eval")[0].removesuffix(".json")
+    return args.data_drafts.format(domain=domain)
+
+
+def serve(
+    decoders: dict[int, SpeculativeDecoder], prompts, prompt_drafts, max_new_tokens, eos
+) -> AcceptanceStats:
+    """Each prompt [1, T] served greedily by the decoder of its draft (decoders keyed by id(draft))."""
+    return AcceptanceStats.from_outputs(
+        [decoders[id(d)].generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos)
+         for ids, d in zip(prompts, prompt_drafts, strict=True)]
+    )  # fmt: skip
+
+
 def step_breakdown(stats: AcceptanceStats) -> dict[str, float]:
     """Milliseconds per verification step: draft forwards, verification, accept/reject, caches, the rest
     (prompt set-up and output assembly); they add up to the wall time."""
@@ -109,8 +134,8 @@ def step_breakdown(stats: AcceptanceStats) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -119,41 +144,46 @@ def main() -> None:
     target = (
         AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(device).eval()
     )
-    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=getattr(torch, args.draft_dtype))
-    # its sub-vocabulary head (config.draft_vocab) for every method, HF assisted generation included
-    draft = apply_draft_vocab(draft).to(device).eval()
-    prompts = [
-        torch.tensor([encode_prompt(tok, user_query(r))], device=device)
-        for path in args.data
-        for r in load_conversations(path)[: args.num_prompts]
-    ]
+    paths = {path: data_draft(args, path) for path in args.data}
+    # each with its sub-vocabulary head (config.draft_vocab) for every method, HF assisted generation included
+    drafts = {
+        name: apply_draft_vocab(
+            AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, args.draft_dtype))
+        ).to(device).eval()
+        for name in dict.fromkeys(paths.values())
+    }  # fmt: skip
+    prompts, prompt_drafts = [], []  # the prompts [1, T] and the draft that serves each
+    for path in args.data:
+        for r in load_conversations(path)[: args.num_prompts]:
+            prompts.append(torch.tensor([encode_prompt(tok, user_query(r))], device=device))
+            prompt_drafts.append(drafts[paths[path]])
+    draft = next(iter(drafts.values()))  # c and the verify cost: the drafts share one architecture
     eos = None if args.ignore_eos else tok.eos_token_id
     timed_generate(target, prompts[:1], 8, eos, tok.pad_token_id)  # warm-up
 
     base_tokens, base_s = timed_generate(target, prompts, args.max_new_tokens, eos, tok.pad_token_id)
-    draft.generation_config.num_assistant_tokens = args.gamma
-    draft.generation_config.num_assistant_tokens_schedule = "constant"
-    draft.generation_config.assistant_confidence_threshold = 0.0
+    for d in drafts.values():
+        d.generation_config.num_assistant_tokens = args.gamma
+        d.generation_config.num_assistant_tokens_schedule = "constant"
+        d.generation_config.assistant_confidence_threshold = 0.0
     hf_tokens, hf_s = timed_generate(
-        target, prompts, args.max_new_tokens, eos, tok.pad_token_id, assistant_model=draft
+        target, prompts, args.max_new_tokens, eos, tok.pad_token_id, prompt_drafts
     )
     # HF's own adaptive schedule: start at 20 tokens, +2 after a fully accepted block, -1 otherwise,
     # and stop drafting early where the draft's confidence falls under 0.4 (its defaults)
-    draft.generation_config.num_assistant_tokens = 20
-    draft.generation_config.num_assistant_tokens_schedule = "heuristic"
-    draft.generation_config.assistant_confidence_threshold = 0.4
+    for d in drafts.values():
+        d.generation_config.num_assistant_tokens = 20
+        d.generation_config.num_assistant_tokens_schedule = "heuristic"
+        d.generation_config.assistant_confidence_threshold = 0.4
     hf_h_tokens, hf_h_s = timed_generate(
-        target, prompts, args.max_new_tokens, eos, tok.pad_token_id, assistant_model=draft
+        target, prompts, args.max_new_tokens, eos, tok.pad_token_id, prompt_drafts
     )
-    auto = SpeculativeDecoder(draft, target, gamma="auto")
-    auto.policy.measure_costs(draft, target)  # once, before the timed runs
-    auto_stats = AcceptanceStats.from_outputs(
-        [auto.generate(ids, max_new_tokens=args.max_new_tokens, eos_token_id=eos) for ids in prompts]
-    )
-
-    decoder = SpeculativeDecoder(draft, target, gamma=args.gamma)
-    outputs = [decoder.generate(ids, max_new_tokens=args.max_new_tokens, eos_token_id=eos) for ids in prompts]
-    stats = AcceptanceStats.from_outputs(outputs)
+    auto = {id(d): SpeculativeDecoder(d, target, gamma="auto") for d in drafts.values()}
+    for decoder in auto.values():
+        decoder.policy.measure_costs(decoder.draft, target)  # once, before the timed runs
+    auto_stats = serve(auto, prompts, prompt_drafts, args.max_new_tokens, eos)
+    fixed = {id(d): SpeculativeDecoder(d, target, gamma=args.gamma) for d in drafts.values()}
+    stats = serve(fixed, prompts, prompt_drafts, args.max_new_tokens, eos)
 
     context = int(statistics.median(p.shape[1] for p in prompts)) + args.max_new_tokens // 2
     target_step = step_time(target, context)
@@ -172,9 +202,9 @@ def main() -> None:
          auto_stats.tokens_per_s / base_tps),
     ]  # fmt: skip
     result = {
-        "command": "python benchmarks/bench_engine.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/bench_engine.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "target": args.target,
-        "draft": args.draft,
+        "draft": args.draft if args.data_drafts is None else args.data_drafts,
         "device": str(device),
         "dtype": args.dtype,
         "draft_dtype": args.draft_dtype,
@@ -224,6 +254,7 @@ def main() -> None:
     )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(repo_relative(result), indent=1) + "\n")
+    return result
 
 
 if __name__ == "__main__":

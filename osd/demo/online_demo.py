@@ -22,7 +22,8 @@ it served them and, when one was recorded on this stream (--ceiling), with an of
 draft (the ceiling), and one compares latency: the target alone, Standard SD and the online draft
 (tokens/s and speedup; the online figures are the engine's times while serving the stream, the
 updates apart, whose share is printed too). A PNG plots alpha over the stream.
-Outputs: {output_dir}/alpha.png, summary.json, metrics.jsonl, the final draft. With --report_to wandb
+Outputs: {output_dir}/alpha.png, summary.json, metrics.jsonl, the final draft, and (abrupt streams) the
+draft as it stood after each domain's block, drafts/<domain>. With --report_to wandb
 the run also goes to wandb (offline without an API key), named after its models and stream unless
 --run_name is given; `python -m osd.dashboard` builds the acceptance-rate dashboard for it.
 """
@@ -81,6 +82,29 @@ class AlphaProgress(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.bar.close()
+
+
+class BlockDrafts(TrainerCallback):
+    """Saves the draft as it stood once it had learned each domain block of an abrupt stream, to
+    {folder}/<domain>: what a server held for that traffic (`bench_engine --data_drafts`)."""
+
+    def __init__(self, stream: list[dict], folder: Path, background: bool) -> None:
+        ends = [
+            i
+            for i, r in enumerate(stream)
+            if i + 1 == len(stream) or stream[i + 1]["dataset"] != r["dataset"]
+        ]
+        # after step n the draft holds the updates on queries 0..n-1 (0..n-2 with background updates; the
+        # stream's last update runs in its own step)
+        lag = 1 if background else 0
+        self.due = {min(i + 1 + lag, len(stream)): stream[i]["dataset"] for i in ends}
+        self.folder = folder
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        domain = self.due.get(state.global_step)
+        if domain is not None:
+            model.save_pretrained(self.folder / domain)
+            processing_class.save_pretrained(self.folder / domain)
 
 
 @torch.inference_mode()
@@ -278,7 +302,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=dataset,
         data_collator=DistillCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
-        callbacks=[AlphaProgress(stream)],
+        callbacks=[AlphaProgress(stream)]
+        + ([BlockDrafts(stream, out / "drafts", args.background_update)] if args.stream == "abrupt" else []),
         run_info=repo_relative(
             {
                 "student_model_path": args.draft,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from osd.conversations import load_conversations, record_groups
 from osd.demo import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
 from osd.demo.online_demo import main
@@ -81,7 +83,36 @@ def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp
     )
     assert all("ceiling" not in r for r in other["domains"])  # another stream: no line, a note
     assert "recorded with another stream; the plot has no ceiling line" in capsys.readouterr().out
-    for flags, differ in ((["--gamma", "2"], "gamma"), (["--tail", "2"], "tail"), (["--max_new_tokens", "5"], "max_new_tokens")):
+    for flags, differ in (
+        (["--gamma", "2"], "gamma"),
+        (["--tail", "2"], "tail"),
+        (["--max_new_tokens", "5"], "max_new_tokens"),
+    ):
         other = main(pair + flags + ["--output_dir", str(tmp_path / differ), "--ceiling", str(ceiling)])
         assert all("ceiling" not in r for r in other["domains"])
         assert f"recorded with another {differ};" in capsys.readouterr().out
+
+
+def test_block_drafts_are_the_draft_as_it_stood_after_each_domain(tmp_path):
+    """drafts/<domain>: with background updates (the update on a block's last query lands one step later),
+    the sql draft of an sql -> code run equals the final draft of a run over the sql block alone, and the
+    last block's draft is the final draft."""
+    from safetensors.torch import load_file
+
+    pair = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
+            "--draft_dtype", "float32", "--per_domain", "3", "--max_new_tokens", "6", "--ceiling", "none"]  # fmt: skip
+    main(pair + ["--domains", "sql", "code", "--output_dir", str(tmp_path / "both")])
+    main(pair + ["--domains", "sql", "--output_dir", str(tmp_path / "sql")])
+
+    def weights(folder):
+        return load_file(folder / "model.safetensors")
+
+    def same(a, b):
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    both = tmp_path / "both"
+    assert sorted(p.name for p in (both / "drafts").iterdir()) == ["code", "sql"]
+    assert same(weights(both / "drafts" / "sql"), weights(tmp_path / "sql" / "draft"))
+    assert same(weights(both / "drafts" / "code"), weights(both / "draft"))
+    assert not same(weights(both / "drafts" / "sql"), weights(both / "draft"))
+    assert not same(weights(both / "drafts" / "sql"), weights(TINY_DRAFT_PATH))

@@ -1,0 +1,40 @@
+"""benchmarks/bench_engine.py on the tiny pair: every method emits the target's greedy tokens, and
+--data_drafts serves each data file's prompts with its own draft."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from benchmarks.bench_engine import main
+from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
+
+DATA = [str(WORKLOAD_DIR / "sql_eval.json"), str(WORKLOAD_DIR / "code_eval.json")]
+
+
+def run(tmp_path, *flags: str) -> dict:
+    return main(["--target", str(TINY_TEACHER_PATH), "--dtype", "float32", "--draft_dtype", "float32",
+                 "--data", *DATA, "--num_prompts", "2", "--max_new_tokens", "6", "--threads", "1",
+                 "--output", str(tmp_path / "engine.json"), *flags])  # fmt: skip
+
+
+def test_each_data_file_is_served_by_its_own_draft(tmp_path):
+    # code's "draft" is the target itself: it proposes the target's tokens, every one accepted
+    shutil.copytree(TINY_DRAFT_PATH, tmp_path / "drafts" / "sql")
+    shutil.copytree(TINY_TEACHER_PATH, tmp_path / "drafts" / "code")
+    single = run(tmp_path, "--draft", str(TINY_DRAFT_PATH))
+    per_file = run(tmp_path, "--data_drafts", str(tmp_path / "drafts" / "{domain}"))
+    for result in (single, per_file):
+        assert result["num_prompts"] == 4
+        assert len(set(result["generated_tokens"].values())) == 1  # greedy: as many tokens by every method
+    osd_spec = {r["method"]: r for r in per_file["rows"]}["osd.spec"]
+    assert osd_spec["alpha"] > {r["method"]: r for r in single["rows"]}["osd.spec"]["alpha"]
+    assert osd_spec["alpha"] > 0.5  # half the prompts (code's) accept every proposal
+    assert per_file["draft"].endswith("drafts/{domain}")
+
+
+def test_a_missing_domain_draft_names_its_folder(tmp_path):
+    shutil.copytree(TINY_DRAFT_PATH, tmp_path / "drafts" / "sql")
+    with pytest.raises(OSError, match="drafts/code"):
+        run(tmp_path, "--data_drafts", str(tmp_path / "drafts" / "{domain}"))
