@@ -37,7 +37,7 @@ from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import AcceptanceStats
-from osd.spec.timing import step_time, synchronize
+from osd.spec.timing import machine, step_time, synchronize
 
 DTYPES = ["bfloat16", "float32", "float16"]
 
@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
         "target": args.target,
         "draft": args.draft if args.data_drafts is None else args.data_drafts,
         "device": str(device),
+        "machine": machine(device),
         "dtype": args.dtype,
         "draft_dtype": args.draft_dtype,
         "threads": torch.get_num_threads(),

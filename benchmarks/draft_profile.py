@@ -45,7 +45,7 @@ from osd.cost_model import best_gamma, speedup  # noqa: E402
 from osd.demo import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa: E402
 from osd.demo.lm_training import num_params  # noqa: E402
 from osd.spec.draft_vocab import set_draft_vocab  # noqa: E402
-from osd.spec.timing import step_time  # noqa: E402
+from osd.spec.timing import machine, step_time  # noqa: E402
 from osd.train import main as train_main  # noqa: E402
 
 
@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             ["python benchmarks/draft_profile.py", *(sys.argv[1:] if argv is None else argv)]
         ),
         "target": os.path.abspath(args.target),
+        "machine": machine(),
         "dtype": args.dtype,
         "threads": args.threads,
         "context": args.context,

@@ -29,6 +29,7 @@ from osd.conversations import load_conversations, record_groups, save_conversati
 from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.metric_keys import ALPHA_WINDOW
 from osd.plots import read_log
+from osd.spec.timing import machine
 
 NEVER = 10**9  # an update interval no stream reaches: the draft stays as it is
 # draft tokens per step in the alpha figures (recorded with 4). The cost model's best gamma for the
@@ -227,9 +228,13 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
 
 
 def save_results(out_dir: Path, results: dict, table: str) -> None:
-    """results.json (with the command that wrote it) and table.md in out_dir; the table is printed too."""
+    """results.json (with the command that wrote it and the machine it ran on) and table.md in out_dir; the table is printed too."""
     module = Path(sys.argv[0]).stem
-    results = {"command": " ".join([f"python -m benchmarks.{module}", *sys.argv[1:]]), **results}
+    results = {
+        "command": " ".join([f"python -m benchmarks.{module}", *sys.argv[1:]]),
+        "machine": machine(),
+        **results,
+    }
     (out_dir / "results.json").write_text(json.dumps(repo_relative(results), indent=1))
     (out_dir / "table.md").write_text(table + "\n")
     print(table)

@@ -44,6 +44,7 @@ from transformers import PrinterCallback, TrainerCallback
 
 from osd.analysis.online_replay import tail_length
 from osd.conversations import save_conversations
+from osd.cost_model import speedup_measured_verify
 from osd.datafiles import refuse_overwrite
 from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.demo.target import TARGET_NAME
@@ -54,7 +55,9 @@ from osd.distill.online import OnlineDistillTrainer, QueryStats, pooled_alpha
 from osd.model_checks import check_same_tokenizer
 from osd.plots import alpha_series, dataset_bands, plot_alpha, read_log
 from osd.spec import AcceptanceStats, SpeculativeDecoder
+from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import target_only_greedy
+from osd.spec.timing import machine, step_time
 from osd.streams import abrupt_stream
 from osd.train import load_model, load_tokenizer
 from osd.user_errors import run_main
@@ -182,6 +185,32 @@ def total_row(rows: list[dict]) -> dict:
 
     return {"domain": "all", "standard": {k: add("standard", k) for k in ("sd_tokens", "sd_s", "target_tokens", "target_s")},
             "online": {k: add("online", k) for k in ("tokens", "s")}}  # fmt: skip
+
+
+def machine_costs(standard, target, gamma: int, context: int, rows: list[dict]) -> dict[str, float]:
+    """This machine's costs, measured after serving (a few seconds): c (a draft step / a target step), the
+    verification of gamma + 1 tokens in target steps, and Eq. 2 with them at the mean tail alphas."""
+    step = step_time(target, context, reps=5, rounds=3)
+    costs = {"c": step_time(apply_draft_vocab(standard), context, reps=5, rounds=3) / step,
+             "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step}  # fmt: skip
+    for run in ("standard", "online"):
+        alpha = sum(r[run]["alpha"] for r in rows) / len(rows)
+        costs[f"eq2_{run}"] = speedup_measured_verify(alpha, gamma, costs["c"], costs["verify_cost"])
+    return costs
+
+
+def print_costs(costs: dict[str, float], info: dict, gamma: int) -> None:
+    print(
+        f"\nthis machine ({info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
+        f"{', '.join(info['cpu_bf16_instructions']) or 'none'}): verifying {gamma + 1} tokens costs "
+        f"{costs['verify_cost']:.2f} target steps, a draft step {costs['c']:.3f} of one; Eq. 2 with these "
+        f"costs predicts Standard SD {costs['eq2_standard']:.2f}x, online SD {costs['eq2_online']:.2f}x"
+    )
+    if costs["verify_cost"] > 1.5:
+        print(
+            "speculative decoding pays where a verification costs little more than one step (memory-bound "
+            "decoding); here it is compute-bound, so the latency gain stays small whatever the draft's alpha"
+        )
 
 
 def recorded_ceiling(path: str, stream: list[dict], args: argparse.Namespace) -> dict[str, float] | None:
@@ -326,6 +355,11 @@ def main(argv: list[str] | None = None) -> dict:
                      "standard": serve_tail(decoder, prompts, args.max_new_tokens, tokenizer.eos_token_id),
                      "online": online_on(trainer.online.queries, indices)})  # fmt: skip
     ceiling = recorded_ceiling(args.ceiling, stream, args)
+    context = (
+        sum(len(dataset[i]["prompt_ids"]) for i in range(len(dataset))) // len(dataset)
+        + args.max_new_tokens // 2
+    )
+    costs = machine_costs(standard, teacher, args.gamma, context, rows)
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
     entries = [e for e in read_log(out) if "alpha_window" in e]
@@ -340,11 +374,12 @@ def main(argv: list[str] | None = None) -> dict:
         f"update every {args.update_interval}",
     )
     command = "python -m osd.demo.online_demo " + " ".join(sys.argv[1:] if argv is None else argv)
-    summary = {"command": command.strip(), "wall_s": time.perf_counter() - start, "args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates,
+    summary = {"command": command.strip(), "machine": machine(), "costs": costs, "wall_s": time.perf_counter() - start, "args": vars(args), "domains": rows, "plot": str(png), "updates": trainer.online.updates,
                "update_time_share": trainer.online.update_time_s / trainer.online.serve_time_s,
                "background_update_share": trainer.online.background_update_time_s / trainer.online.serve_time_s}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(repo_relative(summary), indent=1))
     print_tables(rows, args.tail, args.gamma)
+    print_costs(costs, summary["machine"], args.gamma)
     print(
         f"update time / serving time: {summary['update_time_share']:.3f} on the serving path, "
         f"{summary['background_update_share']:.3f} in the background ({trainer.online.updates} updates)"

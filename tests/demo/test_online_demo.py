@@ -7,6 +7,7 @@ import json
 import torch
 
 from osd.conversations import load_conversations, record_groups
+from osd.cost_model import speedup_measured_verify
 from osd.demo import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
 from osd.demo.online_demo import main
 from osd.metric_keys import group_key, wandb_key
@@ -27,8 +28,19 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
         assert row["standard"]["sd_tokens"] == row["standard"]["target_tokens"] == row["online"]["tokens"]
     printed = capsys.readouterr().out
     assert "latency on the same queries" in printed and "all" in printed
+    costs = summary["costs"]  # this machine's: Eq. 2 with them, at the tails' mean alphas
+    assert (
+        costs["c"] > 0
+        and costs["verify_cost"] > 0
+        and f"costs {costs['verify_cost']:.2f} target steps" in printed
+    )
+    standard_alpha = sum(r["standard"]["alpha"] for r in summary["domains"]) / len(DOMAINS)
+    assert costs["eq2_standard"] == speedup_measured_verify(
+        standard_alpha, 3, costs["c"], costs["verify_cost"]
+    )
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
     written = json.loads((out / "summary.json").read_text())
+    assert written["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert written["args"]["draft_dtype"] == "bfloat16" and written["command"].startswith(
         "python -m osd.demo.online_demo --target"
     )

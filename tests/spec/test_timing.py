@@ -1,0 +1,29 @@
+"""osd.spec.timing.machine: what result files record about the machine a timing ran on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from osd.spec.timing import machine
+
+
+def test_machine_names_this_processor_its_simd_level_and_torch_settings():
+    info = machine()
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert info["torch"] == torch.__version__ and info["torch_threads"] == torch.get_num_threads()
+    assert info["cpu"] and "gpu" not in info
+    json.dumps(info)  # goes into result files as it is
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads Linux's /proc/cpuinfo")
+def test_machine_reports_bf16_instructions_as_the_kernel_lists_them():
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    assert machine()["cpu_bf16_instructions"] == sorted(flags & {"avx512_bf16", "amx_bf16"})
