@@ -3,7 +3,11 @@
 In bf16 a verification pass over k + 1 tokens and a one-token decode step round differently, so
 where the target's two best logits are within bf16 resolution of each other either token is the
 target's greedy choice; HF assisted generation has the same property. The test therefore demands
-token-for-token equality up to the first such near-tie, and that most prompts have none.
+token-for-token equality up to the first such near-tie, and that every token emitted, after a tie
+too, is the target's greedy choice up to bf16 resolution under one teacher-forced pass. How many
+prompts meet a near-tie depends on the CPU's bf16 kernels (on the AVX512-BF16 VM of the first
+sessions at most 1 of 4 for every family; on an AVX2 VM without bf16 instructions 3 of 4 for
+Llama), so no count beyond one is asked.
 """
 
 from __future__ import annotations
@@ -16,6 +20,16 @@ from tests.spec.models import FAMILIES, draft_from_target, tiny_model
 from tests.spec.test_decoder import NOISE, _hf_greedy, _prompt
 
 BF16_EPS = 2.0**-7  # relative spacing of bf16 numbers
+
+
+@torch.no_grad()
+def _teacher_forced_logits(model, prompt: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The model's logits [N, V] (float32) that predict each of `ids` [N] after the prompt [1, T], in one pass."""
+    if model.config.is_encoder_decoder:
+        start = torch.tensor([model.config.decoder_start_token_id])
+        decoder_ids = torch.cat([start, ids[:-1]])[None]
+        return model(input_ids=prompt, decoder_input_ids=decoder_ids).logits[0].float()
+    return model(torch.cat([prompt[0], ids])[None]).logits[0, prompt.shape[1] - 1 : -1].float()
 
 
 def _first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -35,6 +49,13 @@ def test_greedy_bf16_target_equals_its_own_generate(family, draft_dtype):
         out = decoder.generate(prompt, max_new_tokens=40, return_target_logits=True)
         assert out.target_logits.dtype == torch.bfloat16
         ours, reference = out.generated_ids[0].tolist(), _hf_greedy(target, prompt, 40)[0].tolist()
+        # every emitted token is the greedy choice up to a bf16 tie, given the tokens emitted before it
+        forced = _teacher_forced_logits(target, prompt, out.generated_ids[0])
+        chosen = forced.gather(-1, out.generated_ids[0][:, None])[:, 0]
+        assert (forced.max(-1).values - chosen <= 2 * BF16_EPS * forced.abs().max(-1).values).all(), (
+            family,
+            seed,
+        )
         i = _first_divergence(ours, reference)
         if i is None:
             assert len(ours) == len(reference)
@@ -44,7 +65,7 @@ def test_greedy_bf16_target_equals_its_own_generate(family, draft_dtype):
         logits = out.target_logits[i].float()
         gap = (logits[ours[i]] - logits[reference[i]]).abs()
         assert gap <= 2 * BF16_EPS * logits.abs().max(), (family, seed, i, float(gap))
-    assert identical >= 3, f"{family}: only {identical}/4 prompts decoded identically"
+    assert identical >= 1, f"{family}: no prompt of 4 decoded identically"
 
 
 def test_mixed_dtype_pair_samples():
