@@ -209,7 +209,7 @@ def print_costs(costs: dict[str, float], info: dict, gamma: int) -> None:
     if costs["verify_cost"] > 1.5:
         print(
             "speculative decoding pays where a verification costs little more than one step (memory-bound "
-            "decoding); here it is compute-bound, so the latency gain stays small whatever the draft's alpha"
+            "decoding); here it is compute-bound, so it gains little or loses, whatever the draft's alpha"
         )
 
 
