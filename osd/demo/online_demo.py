@@ -47,6 +47,7 @@ from osd.conversations import save_conversations
 from osd.cost_model import speedup_measured_verify
 from osd.datafiles import refuse_overwrite
 from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
+from osd.demo.step_cost import cost_ratio
 from osd.demo.target import TARGET_NAME
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DistillTrainingArguments
@@ -55,7 +56,6 @@ from osd.distill.online import OnlineDistillTrainer, QueryStats, pooled_alpha
 from osd.model_checks import check_same_tokenizer
 from osd.plots import alpha_series, dataset_bands, plot_alpha, read_log
 from osd.spec import AcceptanceStats, SpeculativeDecoder
-from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import target_only_greedy
 from osd.spec.timing import machine, step_time
 from osd.streams import abrupt_stream
@@ -190,9 +190,8 @@ def total_row(rows: list[dict]) -> dict:
 def machine_costs(standard, target, gamma: int, context: int, rows: list[dict]) -> dict[str, float]:
     """This machine's costs, measured after serving (a few seconds): c (a draft step / a target step), the
     verification of gamma + 1 tokens in target steps, and Eq. 2 with them at the mean tail alphas."""
-    step = step_time(target, context, reps=5, rounds=3)
-    costs = {"c": step_time(apply_draft_vocab(standard), context, reps=5, rounds=3) / step,
-             "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step}  # fmt: skip
+    c, _, step = cost_ratio(standard, target, context, reps=5, rounds=3)
+    costs = {"c": c, "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step}
     for run in ("standard", "online"):
         alpha = sum(r[run]["alpha"] for r in rows) / len(rows)
         costs[f"eq2_{run}"] = speedup_measured_verify(alpha, gamma, costs["c"], costs["verify_cost"])

@@ -21,11 +21,14 @@ from osd.spec.timing import step_time
 
 
 def cost_ratio(
-    draft: PreTrainedModel, target: PreTrainedModel, context: int = 64
+    draft: PreTrainedModel, target: PreTrainedModel, context: int = 64, **timing: int
 ) -> tuple[float, float, float]:
     """(c, draft step seconds, target step seconds); the draft as it serves, with its sub-vocabulary head
-    when its config names one (`osd.spec.draft_vocab`)."""
-    t_draft, t_target = step_time(apply_draft_vocab(draft), context), step_time(target, context)
+    when its config names one (`osd.spec.draft_vocab`). timing: `step_time`'s reps and rounds."""
+    t_draft, t_target = (
+        step_time(apply_draft_vocab(draft), context, **timing),
+        step_time(target, context, **timing),
+    )
     return t_draft / t_target, t_draft, t_target
 
 

@@ -12,7 +12,7 @@ def test_cost_ratio_times_a_saved_sub_vocabulary_draft_with_its_head(monkeypatch
     setattr(draft.config, CONFIG_KEY, list(range(8)))  # as from_pretrained leaves a draft saved with one
     timed = []
     monkeypatch.setattr(
-        step_cost, "step_time", lambda model, context: timed.append(model) or float(len(timed))
+        step_cost, "step_time", lambda model, context, **timing: timed.append(model) or float(len(timed))
     )
     c, t_draft, t_target = step_cost.cost_ratio(draft, target, context=4)
     assert isinstance(timed[0].get_output_embeddings(), SubVocabHead) and timed[1] is target
