@@ -26,7 +26,8 @@ from osd.datafiles import refuse_overwrite
 from osd.demo import repo_relative
 from osd.model_checks import load_pretrained
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
-from osd.spec.decoder import accepts_logits_to_keep, context_limit
+from osd.spec.cached_model import accepts_logits_to_keep
+from osd.spec.decoder import context_limit
 from osd.spec.evaluate import target_only_greedy
 from osd.user_errors import run_main
 

@@ -52,7 +52,8 @@ from osd.analysis.recording import (
 from osd.datafiles import refuse_overwrite
 from osd.demo import repo_relative
 from osd.model_checks import load_pretrained
-from osd.spec.decoder import MAX_VOCAB_PADDING, _CachedModel, context_limit
+from osd.spec.cached_model import CachedModel
+from osd.spec.decoder import MAX_VOCAB_PADDING, context_limit
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.sampling import greedy
 from osd.user_errors import run_main
@@ -107,7 +108,7 @@ def replay_greedy(
 ) -> PromptSimulation:
     """One prompt's greedy speculative decoding against its recorded target output."""
     truth = rec.output_ids + [-1] * (gamma + 1)  # past the recorded EOS: never matched, never kept
-    state, tokens, iterations = _CachedModel(draft, None), list(rec.prompt_ids), []
+    state, tokens, iterations = CachedModel(draft, None), list(rec.prompt_ids), []
     generated = 0
     while generated < budget:
         k = min(gamma, budget - generated - 1)
@@ -128,7 +129,7 @@ def replay_greedy(
     return PromptSimulation(rec.id, iterations, out[:cut])
 
 
-def propose(state: _CachedModel, tokens: list[int], k: int, vocab: int) -> list[int]:
+def propose(state: CachedModel, tokens: list[int], k: int, vocab: int) -> list[int]:
     """The draft's k greedy tokens after `tokens` (its cache holds a prefix of them)."""
     feed = torch.tensor([tokens[len(state) :]], device=state.device)  # [1, tokens the draft has not seen]
     proposed = []

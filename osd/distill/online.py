@@ -88,7 +88,7 @@ from osd.metric_keys import (
     group_alphas,
 )
 from osd.spec import SpecOutput, SpeculativeDecoder
-from osd.spec.decoder import accepts_logits_to_keep
+from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.draft_vocab import compact_logits
 
 logger = logging.getLogger(__name__)

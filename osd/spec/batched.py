@@ -31,13 +31,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
-from osd.spec.decoder import SequenceRecord, SpecOutput, SpeculativeDecoder, StepTimes, accepts_logits_to_keep
+from osd.spec.cached_model import accepts_logits_to_keep
+from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import accept_reject_rows, acceptance_probability, greedy, logits_to_probs, sample
+
+if TYPE_CHECKING:  # the engine calls decode_batch with itself
+    from osd.spec.decoder import SpeculativeDecoder
 
 PAD_ID = 0  # fed at padded slots; masked, so any valid id does
 SLACK = 0.25  # masked slots may take up this share of a cache's width before it is compacted

@@ -16,97 +16,21 @@ one is fed at the next verification), the draft cache holds at most L - 1.
 
 from __future__ import annotations
 
-import inspect
 import time
-from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache, PretrainedConfig, PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 
 from osd.spec.adaptive import GammaPolicy
+from osd.spec.batched import decode_batch
+from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import accept_reject, acceptance_probability, greedy, logits_to_probs, sample
 
 # Draft and target may differ by a few padding rows (e.g. an added [PAD] token, or an embedding
 # matrix padded to a multiple of 64); a larger difference means different tokenizers.
 MAX_VOCAB_PADDING = 128
-
-
-@dataclass
-class SpecOutput:
-    """What one `SpeculativeDecoder.generate` call returns (N generated tokens)."""
-
-    generated_ids: torch.Tensor  # [1, N] new tokens only
-    alpha_sum: float  # sum of exact acceptance rates over counted proposed positions
-    num_proposed: int  # counted proposed positions (see `_step`)
-    accepted_lengths: list[int]  # draft tokens accepted at each verification step
-    wrong_positions: list[int]  # indices into generated_ids[0] where the target replaced a draft token
-    target_logits: torch.Tensor | None  # [N, V] target logits that produced each generated token
-    num_target_calls: int
-    draft_time_s: float  # draft forwards (proposals)
-    target_time_s: float  # target forwards (verification, the prompt's prefill included)
-    accept_time_s: float  # accept/reject and exact alpha
-    cache_time_s: float  # committing tokens and cropping both KV caches
-    wall_time_s: float
-
-    @property
-    def alpha(self) -> float:
-        """Mean exact acceptance rate over proposed positions (nan when nothing was proposed)."""
-        return self.alpha_sum / self.num_proposed if self.num_proposed else float("nan")
-
-    @property
-    def mean_accepted_length(self) -> float:
-        steps = len(self.accepted_lengths)
-        return sum(self.accepted_lengths) / steps if steps else float("nan")
-
-
-def accepts_logits_to_keep(model: PreTrainedModel) -> bool:
-    """Whether `model.forward` can apply the LM head at chosen positions only (most HF causal LMs)."""
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
-
-
-@dataclass
-class _CachedModel:
-    """A model with its KV cache over the committed sequence; encoder run once for seq2seq models."""
-
-    model: PreTrainedModel
-    encoder_input_ids: torch.Tensor | None  # [1, S] for encoder-decoder models, else None
-    cache: DynamicCache | EncoderDecoderCache = field(init=False)
-    encoder_outputs: object = field(init=False, default=None)
-    keeps_logits: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        if self.model.config.is_encoder_decoder:
-            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-            self.encoder_outputs = self.model.get_encoder()(input_ids=self.encoder_input_ids.to(self.device))
-        else:
-            self.cache = DynamicCache()
-        self.keeps_logits = accepts_logits_to_keep(self.model)
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
-
-    def __len__(self) -> int:
-        return self.cache.get_seq_length()
-
-    def forward(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
-        """Feed tokens [1, n] after the cache; return the last num_logits rows of logits [num_logits, V]."""
-        kwargs = {"past_key_values": self.cache, "use_cache": True}
-        if self.keeps_logits:
-            kwargs["logits_to_keep"] = num_logits
-        tokens = tokens.to(self.device)
-        if self.encoder_outputs is not None:
-            out = self.model(encoder_outputs=self.encoder_outputs, decoder_input_ids=tokens, **kwargs)
-        else:
-            out = self.model(input_ids=tokens, **kwargs)
-        self.cache = out.past_key_values
-        return out.logits[0, -num_logits:]
-
-    def crop(self, length: int) -> None:
-        """Keep the first `length` cached positions."""
-        if len(self) > length:
-            self.cache.crop(length - len(self))
 
 
 def context_limit(config: PretrainedConfig) -> int | None:
@@ -195,7 +119,7 @@ class SpeculativeDecoder:
         (prefix,) = self._prefixes([input_ids[0].tolist()])
         budget = self._budget(prefix, max_new_tokens)
         encoder_ids = input_ids if self.is_encoder_decoder else None
-        draft, target = _CachedModel(self.draft, encoder_ids), _CachedModel(self.target, encoder_ids)
+        draft, target = CachedModel(self.draft, encoder_ids), CachedModel(self.target, encoder_ids)
         record, times, eos = (
             SequenceRecord(prefix, len(prefix), return_target_logits),
             StepTimes(),
@@ -224,8 +148,6 @@ class SpeculativeDecoder:
         (left padding, as HF generate; the encoder input for seq2seq models). Returns one SpecOutput
         per row, as `generate` on that row alone would (generated_ids [1, N_i], no padding); the
         timings are the batch's. Layout and guarantees: `osd.spec.batched`."""
-        from osd.spec.batched import decode_batch
-
         if input_ids.dim() != 2:
             raise ValueError(f"generate_batch takes input_ids of shape [B, T], got {tuple(input_ids.shape)}")
         _check_sampling(temperature, top_p)
@@ -284,8 +206,8 @@ class SpeculativeDecoder:
     def _step(
         self,
         s: SequenceRecord,
-        draft: _CachedModel,
-        target: _CachedModel,
+        draft: CachedModel,
+        target: CachedModel,
         times: StepTimes,
         remaining: int,
         eos: set[int],
@@ -343,7 +265,7 @@ class SpeculativeDecoder:
 
     def _propose(
         self,
-        draft: _CachedModel,
+        draft: CachedModel,
         tokens: list[int],
         k: int,
         temperature: float,
@@ -367,87 +289,6 @@ class SpeculativeDecoder:
             feed = token.view(1, 1)
         q = torch.cat(probs) if probs else torch.empty(0)
         return torch.cat(proposed), q
-
-
-@dataclass
-class StepTimes:
-    """Seconds spent per part of the steps (of one sequence, or of a batch decoded together)."""
-
-    draft: float = 0.0  # draft forwards (proposals)
-    target: float = 0.0  # target forwards (verification, the prompt's prefill included)
-    accept: float = 0.0  # accept/reject and exact alpha
-    cache: float = 0.0  # committing tokens and cropping the KV caches
-
-    def add(self, t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
-        """A step's time stamps: drafting ran t0..t1, verification t1..t2, accept t2..t3, caches t3..t4."""
-        self.draft += t1 - t0
-        self.target += t2 - t1
-        self.accept += t3 - t2
-        self.cache += t4 - t3
-
-
-@dataclass
-class SequenceRecord:
-    """One sequence's committed tokens and acceptance record, step by step; becomes its SpecOutput."""
-
-    tokens: list[int]  # committed sequence (prompt or decoder start, then generated)
-    prompt_len: int
-    keep_logits: bool
-    alpha_sum: float = 0.0
-    num_proposed: int = 0
-    accepted_lengths: list[int] = field(default_factory=list)
-    wrong_positions: list[int] = field(default_factory=list)
-    target_rows: list[torch.Tensor] = field(default_factory=list)
-    num_target_calls: int = 0
-
-    @property
-    def num_generated(self) -> int:
-        return len(self.tokens) - self.prompt_len
-
-    def commit(
-        self,
-        drafted: list[int],
-        n: int,
-        k: int,
-        next_token: int,
-        alpha: float,
-        counted: int,
-        logits: torch.Tensor,
-    ) -> list[int]:
-        """Record a verification step: n of k proposals accepted, then next_token from the target
-        (alpha: exact acceptance summed over the `counted` positions; logits [>= n + 1, V]).
-        Returns the tokens it committed."""
-        emitted = drafted[:n] + [next_token]
-        if n < k:
-            self.wrong_positions.append(self.num_generated + n)
-        self.accepted_lengths.append(n)
-        self.alpha_sum += alpha
-        self.num_proposed += counted
-        self.num_target_calls += 1
-        if self.keep_logits:
-            self.target_rows.append(logits[: n + 1])
-        self.tokens.extend(emitted)
-        return emitted
-
-    def to_output(self, eos: set[int], times: StepTimes, wall_time: float) -> SpecOutput:
-        generated = self.tokens[self.prompt_len :]
-        # a step may commit tokens past an EOS that an accepted draft token already emitted
-        cut = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
-        logits = torch.cat(self.target_rows)[:cut] if self.keep_logits and self.target_rows else None
-        return SpecOutput(
-            generated_ids=torch.tensor([generated[:cut]], dtype=torch.long),
-            alpha_sum=self.alpha_sum,
-            num_proposed=self.num_proposed,
-            accepted_lengths=self.accepted_lengths,
-            wrong_positions=[p for p in self.wrong_positions if p < cut],
-            target_logits=logits,
-            num_target_calls=self.num_target_calls,
-            draft_time_s=times.draft,
-            target_time_s=times.target,
-            accept_time_s=times.accept,
-            cache_time_s=times.cache,
-            wall_time_s=wall_time,
-        )
 
 
 def _check_sampling(temperature: float, top_p: float) -> None:

@@ -10,7 +10,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from osd.spec.decoder import SpecOutput, SpeculativeDecoder, accepts_logits_to_keep
+from osd.spec.cached_model import accepts_logits_to_keep
+from osd.spec.decoder import SpeculativeDecoder
+from osd.spec.records import SpecOutput
 
 
 @dataclass
