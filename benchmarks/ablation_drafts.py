@@ -27,6 +27,8 @@ import torch
 
 from benchmarks.online_common import alpha_over, load_sources, run_online
 from osd.demo.build_draft import DraftBuildConfig, build
+from osd.distill.flags import add_update_interval_flag
+from osd.spec.gamma import STANDARD_TIMING, add_gamma_flag
 
 
 def parse_size(size: str) -> tuple[int, int]:
@@ -85,9 +87,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=2e-3, help="peak pre-training learning rate")
     ap.add_argument("--domain", default="finance", help="the online stream's workload domain")
     ap.add_argument("--queries", type=int, default=32, help="online stream length (training queries)")
-    ap.add_argument("--update_interval", type=int, default=1)
+    add_update_interval_flag(ap, 1)
     ap.add_argument("--online_lr", type=float, default=1e-3)
-    ap.add_argument("--gamma", type=int, default=1, help="draft tokens per step while serving the stream")
+    add_gamma_flag(ap, STANDARD_TIMING, "while serving the stream")
     ap.add_argument("--max_new_tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--work", default="outputs/ablations/drafts", help="folder for the drafts")

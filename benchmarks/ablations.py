@@ -42,13 +42,15 @@ from osd.analysis.recording import Recording, load_recording, tokenizer_identity
 from osd.analysis.simulate import simulate
 from osd.conversations import assistant_answer, load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, repo_relative, workload_path
-from osd.demo.lm_training import num_params
 from osd.distill.data import truncate_prompt
+from osd.distill.lm_training import num_params
 from osd.model_checks import check_same_tokenizer
+from osd.models import load_demo_pair
+from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, repo_relative, workload_path
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
+from osd.spec.gamma import STANDARD_TIMING, add_gamma_flag
 from osd.spec.timing import step_time
 
 Prompt = tuple[str, list[int]]  # (id, prompt token ids)
@@ -309,7 +311,7 @@ def parser() -> argparse.ArgumentParser:
     )
     context.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256, 448])
     for p in (context, drafts):
-        p.add_argument("--gamma", type=int, default=1, help="draft tokens per step (the pair's best_gamma)")
+        add_gamma_flag(p, STANDARD_TIMING, "the pair's best_gamma")
     drafts.add_argument("--drafts", nargs="+", required=True, help="NAME=PATH of each draft")
     report = sub.add_parser("report", help="merge {out}/parts into results.json, table.md and plots")
     report.add_argument("--out", default="outputs/ablations")

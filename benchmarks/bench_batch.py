@@ -29,8 +29,9 @@ import torch
 from benchmarks.online_common import markdown_table, save_results
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup_measured_verify
-from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, load_demo_pair
 from osd.distill.data import pad
+from osd.models import load_demo_pair
+from osd.paths import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.timing import step_time, synchronize

@@ -31,19 +31,20 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
-from osd.demo import TARGET_PATH, repo_relative
 from osd.demo.target import ensure_if_demo_target
+from osd.paths import TARGET_PATH, repo_relative
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import AcceptanceStats
+from osd.spec.gamma import DEMO, add_gamma_flag
 from osd.spec.timing import machine, step_time, synchronize
 
 DTYPES = ["bfloat16", "float32", "float16"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from osd.demo import DRAFT_PATH, WORKLOAD_DIR
+    from osd.paths import DRAFT_PATH, WORKLOAD_DIR
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(TARGET_PATH), help="target model: hub name or path")
@@ -60,12 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="conversation-JSON files whose user turns are the prompts",
     )
     ap.add_argument("--num_prompts", type=int, default=8, help="prompts per data file")
-    ap.add_argument(
-        "--gamma",
-        type=int,
-        default=3,
-        help="draft tokens per step (the demo's; best_gamma for the demo pair: c 0.035, alpha 0.36)",
-    )
+    add_gamma_flag(ap, DEMO, "the demo's; best_gamma for the demo pair: c 0.035, alpha 0.36")
     ap.add_argument("--max_new_tokens", type=int, default=64)
     ap.add_argument(
         "--ignore_eos",

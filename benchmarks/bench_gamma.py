@@ -24,7 +24,8 @@ import torch
 from benchmarks.bench_engine import timed_generate
 from benchmarks.online_common import markdown_table, save_results
 from osd.conversations import load_conversations, user_query
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, workload_path
+from osd.models import load_demo_pair
+from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, workload_path
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.adaptive import GammaPolicy

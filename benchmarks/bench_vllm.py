@@ -40,16 +40,18 @@ import torch
 from benchmarks.online_common import load_sources, markdown_table, save_results
 from osd.analysis.online_replay import tail_length
 from osd.conversations import save_conversations
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH
 from osd.demo.online_demo import last_of_domain, online_on, tokens_per_s, total_row
+from osd.distill.flags import add_update_interval_flag
 from osd.metric_keys import ALPHA, VLLM_ACCEPTANCE_RATE, group_key
+from osd.models import load_model, load_tokenizer
+from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
 from osd.serving.engine import build_engine, shutdown_engine, swap_draft
 from osd.serving.online import OnlineServer, load_queries
 from osd.serving.subvocab import served_draft_folder
+from osd.spec.gamma import DEMO, add_gamma_flag
 from osd.streams import abrupt_stream
-from osd.train import load_model, load_tokenizer
 
 COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
            *DOMAINS, "tail_tokens_per_s", *(f"tail_{d}" for d in DOMAINS), "updates", "swap_time_s",
@@ -134,9 +136,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per_domain", type=int, default=30)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
-    ap.add_argument("--gamma", type=int, default=3)
+    add_gamma_flag(ap, DEMO, auto="vLLM speculates a fixed number of tokens")
     ap.add_argument("--max_new_tokens", type=int, default=48)
-    ap.add_argument("--update_interval", type=int, default=1)
+    add_update_interval_flag(ap, 1)
     ap.add_argument("--learning_rate", type=float, default=1e-4)
     ap.add_argument("--steps_per_update", type=int, default=4, help="AdamW steps per update")
     ap.add_argument("--loss_positions", choices=["wrong", "all"], default="all",

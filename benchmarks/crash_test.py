@@ -34,9 +34,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from osd.demo import REPO_ROOT, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative, workload_path
 from osd.distill.callbacks import METRICS_FILE, read_metrics, reproducible
 from osd.distill.run_dir import FINAL_STATE, STAGING_DIR
+from osd.paths import REPO_ROOT, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative, workload_path
 
 COMMON = [
     "--student_model_path", str(TINY_DRAFT_PATH), "--teacher_model_path", str(TINY_TEACHER_PATH),

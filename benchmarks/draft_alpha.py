@@ -25,8 +25,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.analysis.recording import load_recording, tokenizer_identity
 from osd.analysis.simulate import PromptSimulation, simulate
-from osd.demo import repo_relative
+from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 
 
 def pooled_alpha(results: list[PromptSimulation]) -> float:
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--drafts", nargs="+", required=True, help="draft folders (each with its tokenizer)")
     parser.add_argument("--recordings", nargs="+", required=True, help="osd.analysis.record outputs (.jsonl)")
-    parser.add_argument("--gamma", type=int, default=4)
+    add_gamma_flag(parser, ALPHA_FIGURES, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     parser.add_argument("--limit", type=int, default=None, help="first N prompts of each recording")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="JSON file for the table and the command")

@@ -42,11 +42,13 @@ from osd.analysis.recording import Recording, tokenizer_identity  # noqa: E402
 from osd.analysis.simulate import simulate, write_outputs  # noqa: E402
 from osd.conversations import load_conversations, save_conversations  # noqa: E402
 from osd.cost_model import best_gamma, speedup  # noqa: E402
-from osd.demo import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa: E402
-from osd.demo.lm_training import num_params  # noqa: E402
+from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments  # noqa: E402
+from osd.distill.experiment import run as run_experiment  # noqa: E402
+from osd.distill.lm_training import num_params  # noqa: E402
+from osd.paths import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa: E402
 from osd.spec.draft_vocab import set_draft_vocab  # noqa: E402
+from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.timing import machine, step_time  # noqa: E402
-from osd.train import main as train_main  # noqa: E402
 
 
 def make_draft(target: PreTrainedModel, depth: int, width: int) -> PreTrainedModel:
@@ -73,18 +75,18 @@ def distill_draft(
     draft.save_pretrained(init)
     tokenizer.save_pretrained(init)
     save_conversations([r for d in DOMAINS for r in load_conversations(workload_path(d, "train"))], data)
-    argv = [
-        "--student_model_path", str(init), "--teacher_model_path", args.target, "--teacher_dtype", args.dtype,
-        "--data_path", str(data), "--output_dir", str(run), "--mode", "offline", "--sample_source", "teacher",
-        "--kl_method", "forward", "--max_steps", str(args.train_steps),
-        "--per_device_train_batch_size", str(args.train_batch), "--learning_rate", str(args.lr),
-        "--warmup_steps", str(max(1, args.train_steps // 10)), "--model_max_length", "256",
-        "--eval_strategy", "no", "--eval_on_start", "False", "--save_strategy", "no", "--report_to", "none",
-        "--logging_steps", str(max(1, args.train_steps // 10)), "--use_cpu", "True", "--disable_tqdm", "True",
-        "--seed", "0",
-    ]  # fmt: skip
+    model_args = ModelArguments(
+        student_model_path=str(init), teacher_model_path=args.target, teacher_dtype=args.dtype
+    )
+    data_args = DataArguments(data_path=str(data), model_max_length=256)
+    training_args = DistillTrainingArguments(
+        output_dir=str(run), mode="offline", sample_source="teacher", kl_method="forward", max_steps=args.train_steps,
+        per_device_train_batch_size=args.train_batch, learning_rate=args.lr, warmup_steps=max(1, args.train_steps // 10),
+        eval_strategy="no", eval_on_start=False, save_strategy="no", report_to="none",
+        logging_steps=max(1, args.train_steps // 10), use_cpu=True, disable_tqdm=True, seed=0,
+    )  # fmt: skip
     start = time.time()
-    train_main(argv)
+    run_experiment(model_args, data_args, training_args)
     state = json.loads((run / "trainer_state.json").read_text())
     losses = [e["loss"] for e in state["log_history"] if "loss" in e]
     record = {"distill_steps": state["global_step"], "distill_seconds": time.time() - start,
@@ -143,7 +145,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--train_batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval_prompts", type=int, default=8, help="sql eval queries the target is recorded on")
-    ap.add_argument("--gamma", type=int, default=3, help="gamma of the replay that measures alpha")
+    add_gamma_flag(
+        ap, DEMO, "of the replay that measures alpha", plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY
+    )
     ap.add_argument(
         "--repeats", type=int, default=3, help="timings per model, interleaved; the fastest is kept"
     )

@@ -26,15 +26,17 @@ from pathlib import Path
 import torch
 
 from osd.conversations import load_conversations, record_groups, save_conversations
-from osd.demo import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
+from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
+from osd.distill.experiment import run
+from osd.distill.routing import RoutingArguments, run_routed
 from osd.metric_keys import ALPHA_WINDOW
+from osd.paths import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.plots import read_log
+from osd.spec.gamma import ALPHA_FIGURES, STANDARD_TIMING
 from osd.spec.timing import machine
 
-NEVER = 10**9  # an update interval no stream reaches: the draft stays as it is
-# draft tokens per step in the alpha figures (recorded with 4). The cost model's best gamma for the
-# Standard demo draft (alpha ~0.2) is 1, which the timing drivers (online_cost) and the demo use.
-GAMMA = 4
+STATIC = 0  # --online_update_interval of a static run: the draft stays as it is (Standard SD)
+LOG_NEVER = 10**9  # --logging_steps: no loss log lines (each query's alpha is logged anyway)
 
 
 def make_parser(doc: str) -> argparse.ArgumentParser:
@@ -53,14 +55,9 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def recipe_argv(args: argparse.Namespace) -> list[str]:
-    """`add_recipe_args`'s flags as `osd.train --mode online` arguments (`run_online`'s `extra`)."""
-    return [
-        "--online_steps_per_update",
-        str(args.steps_per_update),
-        "--online_loss_positions",
-        args.loss_positions,
-    ]
+def recipe(args: argparse.Namespace) -> dict:
+    """`add_recipe_args`'s flags as `run_online` keywords."""
+    return {"steps_per_update": args.steps_per_update, "loss_positions": args.loss_positions}
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -100,31 +97,35 @@ def run_online(
     learning_rate: float = 1e-4,
     max_new_tokens: int = 64,
     route_by: str | None = None,
-    gamma: int = GAMMA,
-    extra: Sequence[str] = (),
+    gamma: int = ALPHA_FIGURES,
+    steps_per_update: int = 1,
+    loss_positions: str = "wrong",
+    background_update: bool = False,
 ) -> list[dict]:
-    """Serve `stream` (and distil unless update_interval is NEVER) with `student` (default: the demo
-    draft); returns its per-query log entries, labelled with their records' groups (`label_queries`)."""
+    """Serve `stream` (and distil every `update_interval` queries unless STATIC) with `student` (default:
+    the demo draft), as `osd.train --mode online` (or `osd.distill.routing` with `route_by`) would; returns
+    its per-query log entries, labelled with their records' groups (`label_queries`)."""
     fresh_run_dir(out_dir, stream, "stream.json")
-    argv = [
-        "--student_model_path", str(student or DRAFT_PATH), "--teacher_model_path", str(TARGET_PATH),
-        "--teacher_dtype", "bfloat16", "--draft_serving_dtype", "bfloat16",
-        "--data_path", str(out_dir / "stream.json"), "--output_dir", str(out_dir), "--mode", "online",
-        "--kl_method", "forward", "--max_propose_num", str(gamma), "--max_new_tokens", str(max_new_tokens),
-        "--online_update_interval", str(update_interval), "--online_eval_interval", "1",
-        "--per_device_train_batch_size", "1", "--num_train_epochs", "1", "--learning_rate", str(learning_rate),
-        "--lr_scheduler_type", "constant", "--weight_decay", "0", "--max_grad_norm", "0",
-        "--save_strategy", "no", "--logging_steps", str(NEVER), "--report_to", "none", "--use_cpu", "True",
-        "--disable_tqdm", "True", "--seed", "0", *extra,
-    ]  # fmt: skip
-    if route_by is None:
-        from osd.train import main
-    else:
-        from osd.distill.routing import main
-
-        argv += ["--route_by", route_by]
+    model_args = ModelArguments(
+        student_model_path=str(student or DRAFT_PATH),
+        teacher_model_path=str(TARGET_PATH),
+        teacher_dtype="bfloat16",
+    )
+    data_args = DataArguments(data_path=str(out_dir / "stream.json"))
+    args = DistillTrainingArguments(
+        output_dir=str(out_dir), mode="online", kl_method="forward", max_propose_num=gamma,
+        max_new_tokens=max_new_tokens, draft_serving_dtype="bfloat16", online_update_interval=update_interval,
+        online_eval_interval=1, online_steps_per_update=steps_per_update, online_loss_positions=loss_positions,
+        online_background_update=background_update,
+        per_device_train_batch_size=1, num_train_epochs=1, learning_rate=learning_rate, lr_scheduler_type="constant",
+        weight_decay=0.0, max_grad_norm=0.0, save_strategy="no", logging_steps=LOG_NEVER, report_to="none",
+        use_cpu=True, disable_tqdm=True, seed=0,
+    )  # fmt: skip
     print(f"[online] {out_dir}: {len(stream)} queries, update interval {update_interval}", file=sys.stderr)
-    main(argv)
+    if route_by is None:
+        run(model_args, data_args, args)
+    else:
+        run_routed(model_args, data_args, args, RoutingArguments(route_by=route_by))
     return label_queries(read_entries(out_dir), stream)
 
 
@@ -139,20 +140,20 @@ def run_offline(
     `records`, with bash_scripts/demo/offline.sh's settings but gradients clipped at 1.0, as recorded;
     returns the draft's folder (out_dir)."""
     fresh_run_dir(out_dir, records, "train.json")
-    argv = [
-        "--student_model_path", str(DRAFT_PATH), "--teacher_model_path", str(TARGET_PATH), "--teacher_dtype", "bfloat16",
-        "--data_path", str(out_dir / "train.json"), "--output_dir", str(out_dir), "--mode", "offline",
-        "--sample_source", "student", "--kl_method", "forward", "--max_propose_num", "1",
-        "--max_steps", str(max_steps), "--per_device_train_batch_size", "8", "--learning_rate", str(learning_rate),
-        "--lr_scheduler_type", "constant", "--model_max_length", "256", "--max_new_tokens", str(max_new_tokens),
-        "--max_grad_norm", "1.0",  # the recorded baselines clipped at HF's 1.0 (the default before issue 13)
-        "--eval_strategy", "no", "--eval_on_start", "False", "--save_strategy", "no", "--logging_steps", "10",
-        "--report_to", "none", "--use_cpu", "True", "--disable_tqdm", "True", "--seed", "0",
-    ]  # fmt: skip
+    model_args = ModelArguments(
+        student_model_path=str(DRAFT_PATH), teacher_model_path=str(TARGET_PATH), teacher_dtype="bfloat16"
+    )
+    data_args = DataArguments(data_path=str(out_dir / "train.json"), model_max_length=256)
+    args = DistillTrainingArguments(
+        output_dir=str(out_dir), mode="offline", sample_source="student", kl_method="forward",
+        max_propose_num=STANDARD_TIMING, max_steps=max_steps, per_device_train_batch_size=8,
+        learning_rate=learning_rate, lr_scheduler_type="constant", max_new_tokens=max_new_tokens,
+        max_grad_norm=1.0,  # the recorded baselines clipped at HF's 1.0 (the default before issue 13)
+        eval_strategy="no", eval_on_start=False, save_strategy="no", logging_steps=10, report_to="none",
+        use_cpu=True, disable_tqdm=True, seed=0,
+    )  # fmt: skip
     print(f"[offline] {out_dir}: {len(records)} records, {max_steps} steps", file=sys.stderr)
-    from osd.train import main
-
-    main(argv)
+    run(model_args, data_args, args)
     return out_dir
 
 
@@ -176,7 +177,7 @@ def static_runs(
     for i, (name, records) in enumerate(samples.items()):
         draft = run_offline(out / f"offline{i}_draft", records, max_steps=steps, learning_rate=learning_rate)
         runs[name] = run_online(
-            out / f"offline{i}", stream, student=draft, update_interval=NEVER, learning_rate=learning_rate
+            out / f"offline{i}", stream, student=draft, update_interval=STATIC, learning_rate=learning_rate
         )
     return runs
 

@@ -31,10 +31,11 @@ from benchmarks.online_common import (
     run_online,
     save_results,
 )
-from osd.demo import DOMAINS
 from osd.metric_keys import QUERIES_SERVED
+from osd.paths import DOMAINS
+from osd.spec.gamma import STANDARD_TIMING
 
-MODES = {"synchronous": [], "background": ["--online_background_update", "True"]}
+MODES = {"synchronous": False, "background": True}  # --online_background_update
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -50,7 +51,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument(
-        "--max_propose_num", type=int, default=1, help="gamma (1: the cost model's choice for the demo pair)"
+        "--max_propose_num",
+        type=int,
+        default=STANDARD_TIMING,
+        help="gamma (1: the cost model's choice for the demo pair)",
     )
     parser.add_argument("--out", default="outputs/online_cost")
     args = parse(parser, argv)
@@ -67,13 +71,9 @@ def main(argv: list[str] | None = None) -> dict:
             learning_rate=args.learning_rate,
             max_new_tokens=args.max_new_tokens,
             gamma=args.max_propose_num,
-            extra=[
-                "--online_loss_positions",
-                positions,
-                "--online_steps_per_update",
-                str(steps),
-                *MODES[mode],
-            ],
+            loss_positions=positions,
+            steps_per_update=steps,
+            background_update=MODES[mode],
         )
         last = entries[-1]
         rows.append(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.online_common import (
-    NEVER,
+    STATIC,
     alpha_over,
     load_sources,
     make_parser,
@@ -24,7 +24,8 @@ from benchmarks.online_common import (
     run_online,
     save_results,
 )
-from osd.demo import DOMAINS
+from osd.distill.flags import add_update_interval_flag
+from osd.paths import DOMAINS
 from osd.plots import alpha_series, plot_alpha
 from osd.streams import mix_stream
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS))
     parser.add_argument("--queries", type=int, default=320)
     parser.add_argument("--route_by", default="dataset")
-    parser.add_argument("--update_interval", type=int, default=1)
+    add_update_interval_flag(parser, 1)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--window", type=int, default=40, help="moving average (queries)")
     parser.add_argument("--seed", type=int, default=0)
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs = {
         "shared draft": run_online(out / "shared", stream, **online),
         "routed drafts": run_online(out / "routed", stream, route_by=args.route_by, **online),
-        "Standard": run_online(out / "standard", stream, update_interval=NEVER),
+        "Standard": run_online(out / "standard", stream, update_interval=STATIC),
     }
     half, n = len(stream) // 2, len(stream)
     rows = []

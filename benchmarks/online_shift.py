@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.online_common import (
-    NEVER,
+    STATIC,
     add_recipe_args,
     alpha_over,
     load_sources,
@@ -36,13 +36,14 @@ from benchmarks.online_common import (
     of_group,
     parse,
     prefix_samples,
-    recipe_argv,
+    recipe,
     run_online,
     save_results,
     static_runs,
     topic_sources,
 )
-from osd.demo import DOMAINS
+from osd.distill.flags import add_update_interval_flag
+from osd.paths import DOMAINS
 from osd.plots import alpha_series, dataset_bands, plot_alpha
 from osd.streams import abrupt_stream, drift_stream, mix_stream
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--topics", nargs="+", help="sources: these topics' records instead of the domains")
     parser.add_argument("--per_domain", type=int, default=80, help="abrupt: queries per segment")
     parser.add_argument("--queries", type=int, default=320, help="drift/mix: stream length")
-    parser.add_argument("--update_interval", type=int, default=1)
+    add_update_interval_flag(parser, 1)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     add_recipe_args(parser)
     parser.add_argument("--window", type=int, default=20, help="queries per table cell and moving average")
@@ -113,9 +114,9 @@ def main(argv: list[str] | None = None) -> dict:
             stream,
             update_interval=args.update_interval,
             learning_rate=args.learning_rate,
-            extra=recipe_argv(args),
+            **recipe(args),
         ),
-        "Standard": run_online(out / "standard", stream, update_interval=NEVER),
+        "Standard": run_online(out / "standard", stream, update_interval=STATIC),
     }
     static = static_runs(out, stream, samples, args.offline_steps, args.learning_rate)
     online, n = runs["online"], len(stream)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.online_common import (
-    NEVER,
+    STATIC,
     add_recipe_args,
     alpha_over,
     load_sources,
@@ -29,12 +29,13 @@ from benchmarks.online_common import (
     markdown_table,
     parse,
     prefix_samples,
-    recipe_argv,
+    recipe,
     run_online,
     save_results,
     static_runs,
 )
-from osd.demo import DOMAINS
+from osd.distill.flags import add_update_interval_flag
+from osd.paths import DOMAINS
 from osd.plots import alpha_series, plot_alpha
 
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = make_parser(__doc__)
     parser.add_argument("--domain", default=DOMAINS[0])
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--update_interval", type=int, default=8)
+    add_update_interval_flag(parser, 8)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     add_recipe_args(parser)
     parser.add_argument("--window", type=int, default=25, help="moving-average window (queries)")
@@ -73,9 +74,9 @@ def main(argv: list[str] | None = None) -> dict:
     common = {"learning_rate": args.learning_rate}
     runs = {
         "online": run_online(
-            out / "online", stream, update_interval=args.update_interval, extra=recipe_argv(args), **common
+            out / "online", stream, update_interval=args.update_interval, **recipe(args), **common
         ),
-        "Standard": run_online(out / "standard", stream, update_interval=NEVER, **common),
+        "Standard": run_online(out / "standard", stream, update_interval=STATIC, **common),
     }
     runs |= static_runs(out, stream, offline, args.offline_steps, args.learning_rate)
     n = len(stream)

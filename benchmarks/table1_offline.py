@@ -35,10 +35,12 @@ from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.distill.config import SAMPLE_SOURCES, DistillTrainingArguments
-from osd.distill.data import ConversationDataset, DistillCollator, pad
+from osd.distill.data import ConversationDataset, pad
+from osd.distill.experiment import build_trainer
 from osd.distill.sources import SamplingConfig, generate_mixed
 from osd.distill.trainer import DistillTrainer
-from osd.train import load_model, load_tokenizer
+from osd.models import load_model, load_tokenizer
+from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 
 KL_METHODS = ("forward", "reverse", "jsd", "reference_mix", "tvd")  # the paper's columns + ours
 PAIRS = ("decoder", "t5")
@@ -88,7 +90,7 @@ class Table1Args:
         default=48, metadata={"help": "Tokens generated per sample and per eval query."}
     )
     max_eval_samples: int = field(default=80, metadata={"help": "Eval queries for alpha."})
-    max_propose_num: int = field(default=5, metadata={"help": "gamma."})
+    max_propose_num: int = field(default=GAMMA_DEFAULT, metadata={"help": "gamma."})
     model_max_length: int = field(default=256, metadata={"help": "Prompt + response length cap."})
     num_threads: int = field(
         default=1,
@@ -141,19 +143,8 @@ def make_trainer(
         seed=args.seed,
         disable_tqdm=True,
     )
-    return DistillTrainer(
-        model=copy.deepcopy(draft),
-        teacher_model=teacher,
-        args=training,
-        train_dataset=train,
-        eval_dataset=evalset,
-        data_collator=DistillCollator(
-            tokenizer.pad_token_id,
-            draft.config.is_encoder_decoder,
-            getattr(draft.config, "decoder_start_token_id", None),
-            args.model_max_length,
-        ),
-        processing_class=tokenizer,
+    return build_trainer(
+        training, copy.deepcopy(draft), teacher, tokenizer, train, evalset, args.model_max_length
     )
 
 
@@ -181,7 +172,7 @@ def weights_digest(path: str) -> str | None:
 
 
 def markdown(args: Table1Args, num_eval: int, digests: dict, standard: dict, rows: list[dict]) -> str:
-    from osd.demo import repo_relative
+    from osd.paths import repo_relative
 
     alpha = {(r["sample_source"], r["kl_method"]): r["alpha"] for r in rows}
     lines = [
@@ -241,7 +232,7 @@ def heatmap(args: Table1Args, standard: dict, rows: list[dict], path: Path) -> N
 
 def default_paths(args: Table1Args) -> None:
     """Fill in the models and data --pair and --domain name."""
-    from osd.demo import DRAFT_PATH, T5_DRAFT_PATH, T5_TEACHER_PATH, TARGET_PATH, workload_path
+    from osd.paths import DRAFT_PATH, T5_DRAFT_PATH, T5_TEACHER_PATH, TARGET_PATH, workload_path
 
     if args.pair not in PAIRS:
         raise ValueError(f"--pair must be one of {PAIRS}, got {args.pair!r}")
@@ -260,7 +251,7 @@ def default_paths(args: Table1Args) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     argv = sys.argv[1:] if argv is None else argv
     (args,) = HfArgumentParser(Table1Args).parse_args_into_dataclasses(args=argv)
-    from osd.demo import repo_relative
+    from osd.paths import repo_relative
 
     default_paths(args)
     out, work = Path(args.out_dir), Path(args.work_dir)

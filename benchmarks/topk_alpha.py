@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from osd.analysis.record import record_conversations
 from osd.analysis.recording import tokenizer_identity
 from osd.analysis.simulate import simulate, topk_summary
-from osd.demo import DRAFT_PATH, TARGET_PATH, repo_relative, workload_path
+from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative, workload_path
 
 
 def main() -> None:

@@ -21,12 +21,13 @@ import torch
 
 from benchmarks.online_common import load_sources, make_parser, markdown_table, parse, save_results
 from osd.conversations import user_query
-from osd.demo import DRAFT_PATH, TARGET_PATH
 from osd.distill.losses import get_divergence
 from osd.distill.online import BufferedQuery, buffer_query, distillation_loss
+from osd.models import load_model, load_tokenizer
+from osd.paths import DRAFT_PATH, TARGET_PATH
 from osd.prompting import encode_prompt
 from osd.spec.decoder import SpeculativeDecoder
-from osd.train import load_model, load_tokenizer
+from osd.spec.gamma import DEMO, add_gamma_flag
 
 MODES = ("alone", "thread", "process")
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--domain", default="code")
     parser.add_argument("--queries", type=int, default=10, help="eval prompts served per measurement")
     parser.add_argument("--max_new_tokens", type=int, default=48)
-    parser.add_argument("--gamma", type=int, default=3)
+    add_gamma_flag(parser, DEMO)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--warm_s", type=float, default=8.0, help="seconds the trainer runs before serving starts"

@@ -34,8 +34,6 @@ from collector import RAW_DATA_DIR
 from tqdm import tqdm
 from transformers import (
     AutoConfig,
-    AutoModelForCausalLM,
-    AutoModelForSeq2SeqLM,
     AutoTokenizer,
     GenerationConfig,
     HfArgumentParser,
@@ -47,6 +45,7 @@ from osd.conversations import read_conversations, save_conversations, user_query
 from osd.datafiles import read_text, refuse_overwrite
 from osd.distill.data import truncate_prompt
 from osd.model_checks import check_model_path, load_pretrained
+from osd.models import load_model
 from osd.prompting import encode_prompt, prompt_text
 from osd.spec.decoder import context_limit
 from osd.user_errors import run_main
@@ -174,8 +173,8 @@ def load_teacher(
     args: GenerateArgs, tok: PreTrainedTokenizerBase, config: PretrainedConfig
 ) -> torch.nn.Module:
     """The teacher's weights; gives `tok` a pad token when it has none."""
-    model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    model = load_pretrained(model_cls, args.model, dtype=args.dtype, device_map=args.device_map)
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)  # auto: as the folder stores it
+    model = load_model(args.model, dtype, device_map=args.device_map)
     if args.device_map is None:
         model.to("cuda" if torch.cuda.is_available() else "cpu")
     if tok.pad_token is None:

@@ -12,14 +12,15 @@ from typing import Any
 from safetensors import SafetensorError
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from osd.distill.config import DataArguments
 from osd.spec.decoder import context_limit
 
 logger = logging.getLogger(__name__)
 
 HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")  # what the hub accepts as a repo id
 SPECIAL_IDS = ("bos_token_id", "eos_token_id", "unk_token_id")
-DEFAULT_MAX_LENGTH = DataArguments.model_max_length  # the dataclass field's default
+DEFAULT_MAX_LENGTH = (
+    512  # --model_max_length's default: lowered to a shorter context, where a given value is refused
+)
 
 
 def check_model_path(path: str | Path) -> None:

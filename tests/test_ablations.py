@@ -12,7 +12,7 @@ from benchmarks.ablation_drafts import parse_size
 from benchmarks.ablation_report import report
 from benchmarks.ablations import context_prompts, main
 from osd.cost_model import speedup, speedup_measured_verify
-from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.prompting import encode_prompt
 
 PAIR = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32"]

@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.analysis import analyze, record, simulate
 from osd.conversations import load_conversations
-from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.user_errors import run_main
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"

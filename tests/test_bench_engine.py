@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from benchmarks.bench_engine import main
-from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
 
 DATA = [str(WORKLOAD_DIR / "sql_eval.json"), str(WORKLOAD_DIR / "code_eval.json")]
 

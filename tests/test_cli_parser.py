@@ -1,4 +1,4 @@
-"""osd.cli: osd.train's help order and choices, usage errors, and offline mode when the hub does not answer."""
+"""osd.distill.flags (osd.train's command line): help order and choices, usage errors, and offline mode when the hub does not answer."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import huggingface_hub.constants
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
-from osd import cli
-from osd.demo import TINY_TEACHER_PATH
+from osd.distill import flags
+from osd.paths import TINY_TEACHER_PATH
 
 
 def test_help_lists_project_groups_first_with_choices() -> None:
-    text = cli.build_parser().format_help()
+    text = flags.build_parser().format_help()
     sections = ["\nmodels:", "\ndata:", "\ndistillation (osd):", "\ntransformers.TrainingArguments:"]
     starts = [text.index(s) for s in sections]
     assert starts == sorted(starts)
@@ -44,7 +44,7 @@ def test_bad_command_line_is_a_usage_error(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        cli.parse_train_args([*argv, "--use_cpu", "True"])
+        flags.parse_train_args([*argv, "--use_cpu", "True"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: python -m osd.train") and message in err
@@ -52,11 +52,11 @@ def test_bad_command_line_is_a_usage_error(
 
 def test_hub_reachable_answers_within_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens
-    assert not cli.hub_reachable(timeout=2)
+    assert not flags.hub_reachable(timeout=2)
     server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # 501 to HEAD
     threading.Thread(target=server.handle_request, daemon=True).start()
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-    assert cli.hub_reachable(timeout=2)
+    assert flags.hub_reachable(timeout=2)
     server.server_close()
 
 
@@ -70,8 +70,8 @@ def online_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("online_mode")
 def test_local_folders_never_check_the_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "hub_reachable", lambda: pytest.fail("checked the hub for local folders"))
-    assert not cli.go_offline_if_unreachable([str(TINY_TEACHER_PATH), None])
+    monkeypatch.setattr(flags, "hub_reachable", lambda: pytest.fail("checked the hub for local folders"))
+    assert not flags.go_offline_if_unreachable([str(TINY_TEACHER_PATH), None])
     assert not huggingface_hub.constants.HF_HUB_OFFLINE
 
 
@@ -86,7 +86,7 @@ def test_cached_hub_model_loads_at_once_when_the_hub_is_unreachable(
     (tmp_path / "models--org--tiny" / "refs").mkdir()
     (tmp_path / "models--org--tiny" / "refs" / "main").write_text("abc")
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
-    assert cli.go_offline_if_unreachable(["org/tiny"])
+    assert flags.go_offline_if_unreachable(["org/tiny"])
     assert huggingface_hub.constants.HF_HUB_OFFLINE
     start = time.monotonic()
     AutoConfig.from_pretrained("org/tiny", cache_dir=tmp_path)
@@ -97,14 +97,14 @@ def test_cached_hub_model_loads_at_once_when_the_hub_is_unreachable(
 @pytest.mark.usefixtures("online_mode")
 def test_explicit_hf_hub_offline_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(cli, "hub_reachable", lambda: pytest.fail("checked the hub despite HF_HUB_OFFLINE"))
-    assert not cli.go_offline_if_unreachable(["org/name"])
+    monkeypatch.setattr(flags, "hub_reachable", lambda: pytest.fail("checked the hub despite HF_HUB_OFFLINE"))
+    assert not flags.go_offline_if_unreachable(["org/name"])
 
 
 def test_routing_flags_are_a_group_of_their_own() -> None:
     from osd.distill.routing import RoutingArguments
 
-    text = cli.build_parser((RoutingArguments,), "osd.distill.routing").format_help()
+    text = flags.build_parser((RoutingArguments,), "osd.distill.routing").format_help()
     assert text.startswith("usage: python -m osd.distill.routing ")
     assert (
         text.index("\ndistillation (osd):")

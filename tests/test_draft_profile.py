@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from osd.demo import TINY_TEACHER_PATH
+from osd.paths import TINY_TEACHER_PATH
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "draft_profile.py"
 

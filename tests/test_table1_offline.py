@@ -8,7 +8,7 @@ import json
 import pytest
 
 from benchmarks.table1_offline import main
-from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 
 SMALL = ["--max_steps", "2", "--batch_size", "2", "--max_eval_samples", "3", "--max_new_tokens", "8"]
 SMALL += ["--max_propose_num", "2", "--teacher_dtype", "float32"]

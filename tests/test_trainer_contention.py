@@ -12,8 +12,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from benchmarks.trainer_contention import train_forever
-from osd.demo import TINY_DRAFT_PATH
 from osd.distill.online import BufferedQuery
+from osd.paths import TINY_DRAFT_PATH
 
 
 def _query(vocab: int) -> BufferedQuery:

@@ -5,7 +5,7 @@ The target's greedy outputs and top-K log-probabilities over a query stream are 
 greedy speculative decoding *simulated* against the recording (`osd.analysis.simulate`: exactly the
 engine's acceptance), the positions where the draft was wrong go to a buffer with the target's top-K
 there, and every --update_interval queries the draft takes --steps_per_update optimizer steps on the
-buffer (soft cross-entropy against the stored top-K, `osd.demo.teacher_topk`; a sub-vocabulary head
+buffer (soft cross-entropy against the stored top-K, `osd.distill.teacher_topk`; a sub-vocabulary head
 renormalises on V'). --replay keeps the last R served queries in the buffer after an update, so an
 update also revisits recent queries. Alpha per query is written as the online trainer logs it.
 
@@ -33,11 +33,12 @@ from osd.analysis.recording import PromptRecord, Recording, load_recording, path
 from osd.analysis.simulate import Iteration, check_draft, replay_greedy
 from osd.conversations import load_conversations
 from osd.datafiles import refuse_overwrite
-from osd.demo import repo_relative
-from osd.demo.lm_training import IGNORE, Example, train_lm
-from osd.demo.teacher_topk import TopK, topk_distillation
+from osd.distill.lm_training import IGNORE, Example, train_lm
+from osd.distill.teacher_topk import TopK, topk_distillation
 from osd.model_checks import load_pretrained
+from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.user_errors import run_main
 
 
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--stream", required=True, help="the recorded conversation file (its `dataset` fields group alpha)"
     )
     parser.add_argument("--draft", required=True)
-    parser.add_argument("--gamma", type=int, default=4)
+    add_gamma_flag(parser, ALPHA_FIGURES, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     for name, value in asdict(Recipe()).items():
         parser.add_argument(f"--{name}", type=type(value), default=value)
     parser.add_argument(

@@ -23,8 +23,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from osd.analysis.recording import FORMAT, PromptRecord, Recording, paths, tokenizer_identity
 from osd.conversations import load_conversations, user_query
 from osd.datafiles import refuse_overwrite
-from osd.demo import repo_relative
 from osd.model_checks import load_pretrained
+from osd.paths import repo_relative
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import context_limit

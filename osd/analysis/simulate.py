@@ -50,11 +50,13 @@ from osd.analysis.recording import (
     tokenizer_identity,
 )
 from osd.datafiles import refuse_overwrite
-from osd.demo import repo_relative
 from osd.model_checks import load_pretrained
+from osd.paths import repo_relative
 from osd.spec.cached_model import CachedModel
 from osd.spec.decoder import MAX_VOCAB_PADDING, context_limit
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
+from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag, parse_gamma
 from osd.spec.sampling import greedy
 from osd.user_errors import run_main
 
@@ -158,13 +160,12 @@ def simulate(
     recording: Recording,
     draft: PreTrainedModel,
     draft_tokenizer: dict,
-    gamma: int = 5,
+    gamma: int = GAMMA_DEFAULT,
     max_new_tokens: int | None = None,
     source: str = "(in memory)",
 ) -> list[PromptSimulation]:
     """Replay every prompt of `recording` with `draft` (greedy; top-k alpha where recorded)."""
-    if gamma < 1:
-        raise ValueError(f"--gamma must be >= 1, got {gamma}")
+    gamma = parse_gamma(gamma, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     vocab = check_draft(recording, draft, draft_tokenizer, source)
     header = recording.header
     max_new = header["max_new_tokens"] if max_new_tokens is None else max_new_tokens
@@ -227,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--draft", required=True, help="draft model folder or hub id")
     parser.add_argument("--tokenizer", default=None, help="the draft's tokenizer when its folder has none")
-    parser.add_argument("--gamma", type=int, default=5, help="draft tokens per iteration")
+    add_gamma_flag(parser, GAMMA_DEFAULT, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     parser.add_argument("--max_new_tokens", type=int, default=None, help="default: the recording's")
     parser.add_argument(
         "--output", required=True, help="stem: writes STEM.jsonl, STEM.txt, STEM.summary.json"

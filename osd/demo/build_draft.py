@@ -7,7 +7,7 @@ greedy answers (`data/generate_answer.py`); never the workload. `build` checks t
 shares an 8-word run with any workload record and records the result.
 
 Distillation: the target's top-K next-token log-probabilities at every answer position, computed
-once, teacher-forced (`osd.demo.teacher_topk`), then a soft cross-entropy against them: forward KL
+once, teacher-forced (`osd.distill.teacher_topk`), then a soft cross-entropy against them: forward KL
 to the target's (truncated) distribution, restricted to the head's tokens. Optionally the English
 prose of the Python reference manual that ships with the interpreter (`--python_docs`) is added as
 plain documents, distilled the same way at every position.
@@ -47,10 +47,10 @@ from transformers import (
 )
 
 from osd.conversations import assistant_answer, load_conversations, user_query
-from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
-from osd.demo.lm_training import Example, chat_example, num_params, train_lm
 from osd.demo.target import ensure_if_demo_target
-from osd.demo.teacher_topk import teacher_topk, topk_distillation
+from osd.distill.lm_training import Example, chat_example, num_params, train_lm
+from osd.distill.teacher_topk import teacher_topk, topk_distillation
+from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.spec.draft_vocab import load_token_counts, select_token_ids, set_draft_vocab
 
 GENERAL_DIR = REPO_ROOT / "data" / "general"

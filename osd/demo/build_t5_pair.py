@@ -12,7 +12,7 @@ Table-1 analogue's T5 rows, built from nothing on one CPU core:
    records for fewer steps. It learns the task's form but not the teacher's habits, so Standard
    speculative decoding leaves room for distillation.
 
-Both loops are `osd.demo.lm_training.train_lm` (seeded batch order, atomic checkpoints in
+Both loops are `osd.distill.lm_training.train_lm` (seeded batch order, atomic checkpoints in
 `{out_dir}.build/`): rerunning the same command after a kill continues where it stopped. The
 finished pair (bf16 safetensors, `build_metrics.json`) is written to a temporary folder and
 renamed over `{out_dir}`.
@@ -40,10 +40,11 @@ from transformers import (
 )
 
 from osd.conversations import assistant_answer, user_query
-from osd.demo import DOMAINS, T5_TEACHER_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR, repo_relative
-from osd.demo.lm_training import eval_loss, num_params, seq2seq_example, train_lm
 from osd.distill.data import ConversationDataset
+from osd.distill.lm_training import eval_loss, num_params, seq2seq_example, train_lm
+from osd.paths import DOMAINS, T5_TEACHER_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR, repo_relative
 from osd.spec import SpeculativeDecoder
+from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 
 
 @dataclass
@@ -82,7 +83,8 @@ class T5BuildConfig:
     num_threads: int = field(default=1, metadata={"help": "torch threads (0 = torch's default)."})
     alpha_queries: int = field(default=40, metadata={"help": "Eval queries per domain for Standard alpha."})
     alpha_gamma: int = field(
-        default=5, metadata={"help": "gamma for Standard alpha (the T5 scripts' --max_propose_num)."}
+        default=GAMMA_DEFAULT,
+        metadata={"help": "gamma for Standard alpha (the T5 scripts' --max_propose_num)."},
     )
     alpha_max_new_tokens: int = field(
         default=64, metadata={"help": "Tokens generated per query for Standard alpha."}

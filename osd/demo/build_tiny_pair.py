@@ -17,7 +17,7 @@ it) stays for tests and llama.cpp fixtures that need a trained model in seconds.
 Weights are stored in fp16 (`config.json` keeps float32, so `from_pretrained` loads float32).
 Outputs: `{out_dir}/{teacher,draft}/` (config, safetensors, tokenizer) and
 `{out_dir}/build_metrics.json` (parameters, training tokens, losses, teacher samples). The
-committed pair was built before the shared training loop (`osd.demo.lm_training`) took its
+committed pair was built before the shared training loop (`osd.distill.lm_training`) took its
 seeded batch order, so a rebuild gives a pair of the same kind, not the same bytes.
 
 Usage:
@@ -44,8 +44,8 @@ from transformers import (
 )
 
 from osd.conversations import assistant_answer, load_conversations, user_query
-from osd.demo import DOMAINS, TINY_TEACHER_PATH, WORKLOAD_DIR
-from osd.demo.lm_training import Example, chat_example, eval_loss, num_params, train_lm
+from osd.distill.lm_training import Example, chat_example, eval_loss, num_params, train_lm
+from osd.paths import DOMAINS, TINY_TEACHER_PATH, WORKLOAD_DIR
 from osd.prompting import encode_prompt
 
 CHAT_TEMPLATE = (

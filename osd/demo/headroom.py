@@ -27,11 +27,13 @@ from tqdm.auto import tqdm
 from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, save_conversations, user_query
-from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, load_demo_pair, workload_path
-from osd.demo.lm_training import IGNORE, chat_example, collate, lr_at
+from osd.distill.lm_training import IGNORE, chat_example, collate, lr_at
+from osd.models import load_demo_pair
+from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, workload_path
 from osd.prompting import encode_prompt
 from osd.spec import measure_acceptance
 from osd.spec.evaluate import target_only_greedy
+from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 
 
 @dataclass
@@ -48,7 +50,10 @@ class HeadroomConfig:
     steps: int = field(default=150, metadata={"help": "Distillation steps."})
     batch_size: int = field(default=16, metadata={"help": "Sequences per step."})
     lr: float = field(default=1e-3, metadata={"help": "Peak learning rate (warmup 10 steps, cosine decay)."})
-    gamma: int = field(default=5, metadata={"help": "Draft tokens per step when measuring alpha."})
+    gamma: int = field(
+        default=GAMMA_DEFAULT,
+        metadata={"help": "Draft tokens per step when measuring alpha.", "aliases": ["--max_propose_num"]},
+    )
     max_new_tokens: int = field(default=96, metadata={"help": "Teacher answer / SD generation budget."})
     seed: int = field(default=0, metadata={"help": "Seed for batch order."})
 

@@ -46,20 +46,23 @@ from osd.analysis.online_replay import tail_length
 from osd.conversations import save_conversations
 from osd.cost_model import speedup_measured_verify
 from osd.datafiles import refuse_overwrite
-from osd.demo import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.demo.step_cost import cost_ratio
 from osd.demo.target import TARGET_NAME
 from osd.distill.callbacks import setup_wandb
 from osd.distill.config import DistillTrainingArguments
-from osd.distill.data import ConversationDataset, DistillCollator
-from osd.distill.online import OnlineDistillTrainer, QueryStats, pooled_alpha
+from osd.distill.data import ConversationDataset
+from osd.distill.experiment import build_trainer
+from osd.distill.flags import add_update_interval_flag
+from osd.distill.online import QueryStats, pooled_alpha
 from osd.model_checks import check_same_tokenizer
+from osd.models import load_model, load_tokenizer
+from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.plots import alpha_series, dataset_bands, plot_alpha, read_log
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
+from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.timing import machine, step_time
 from osd.streams import abrupt_stream
-from osd.train import load_model, load_tokenizer
 from osd.user_errors import run_main
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="osd.analysis.online_replay --offline_steps result recorded on this stream and draft: the offline-"
         "distilled ceiling drawn per domain ('none': no line)",
     )  # fmt: skip
-    parser.add_argument("--update_interval", type=int, default=1, help="--online_update_interval")
+    add_update_interval_flag(parser, 1)
     parser.add_argument(
         "--replay", type=int, default=0, help="--online_replay_queries: recent queries each update revisits"
     )
@@ -272,8 +275,12 @@ def main(argv: list[str] | None = None) -> dict:
         "--loss_positions", choices=["wrong", "all"], default="all",
         help="--online_loss_positions: distil where the draft was wrong (the paper) or on every served token",
     )  # fmt: skip
-    parser.add_argument(
-        "--gamma", type=int, default=3, help="draft tokens per step (osd.cost_model.best_gamma for this pair)"
+    add_gamma_flag(
+        parser,
+        DEMO,
+        "osd.cost_model.best_gamma for this pair",
+        plain_decoding=NEEDS_PROPOSALS,
+        auto=NO_POLICY,
     )
     parser.add_argument("--max_new_tokens", type=int, default=32)
     parser.add_argument("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
@@ -323,13 +330,12 @@ def main(argv: list[str] | None = None) -> dict:
         draft_serving_dtype=args.draft_dtype, eval_on_start=False, save_strategy="no", logging_steps=10**9,
         report_to=args.report_to, run_name=args.run_name, use_cpu=True, disable_tqdm=True, seed=0,
     )  # fmt: skip
-    trainer = OnlineDistillTrainer(
-        model=draft,
-        teacher_model=teacher,
-        args=training_args,
-        train_dataset=dataset,
-        data_collator=DistillCollator(tokenizer.pad_token_id),
-        processing_class=tokenizer,
+    trainer = build_trainer(
+        training_args,
+        draft,
+        teacher,
+        tokenizer,
+        dataset,
         callbacks=[AlphaProgress(stream)]
         + ([BlockDrafts(stream, out / "drafts", args.background_update)] if args.stream == "abrupt" else []),
         run_info=repo_relative(

@@ -25,11 +25,13 @@ from transformers import HfArgumentParser
 
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
-from osd.demo import DOMAINS, DRAFT_PATH, TARGET_PATH, load_demo_pair, repo_relative, workload_path
 from osd.demo.step_cost import cost_ratio
+from osd.models import load_demo_pair
+from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, repo_relative, workload_path
 from osd.prompting import encode_prompt
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
+from osd.spec.gamma import STANDARD_TIMING
 from osd.spec.timing import step_time
 
 
@@ -50,7 +52,10 @@ class StandardConfig:
         default_factory=lambda: list(DOMAINS), metadata={"help": "Workload domains to run."}
     )
     prompts_per_domain: int = field(default=20, metadata={"help": "Eval prompts per domain (0 = all)."})
-    gamma: int = field(default=1, metadata={"help": "Draft tokens proposed per step (--max_propose_num)."})
+    gamma: int = field(
+        default=STANDARD_TIMING,
+        metadata={"help": "Draft tokens proposed per step.", "aliases": ["--max_propose_num"]},
+    )
     temperature: float = field(
         default=0.0, metadata={"help": "0 = greedy; > 0 samples (exact rejection sampling)."}
     )

@@ -33,7 +33,8 @@ def cost_ratio(
 
 
 def main() -> None:
-    from osd.demo import DRAFT_PATH, TARGET_PATH, load_demo_pair
+    from osd.models import load_demo_pair
+    from osd.paths import DRAFT_PATH, TARGET_PATH
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--draft", default=str(DRAFT_PATH))

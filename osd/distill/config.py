@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from transformers import TrainingArguments
 
 from osd.distill.losses import DIVERGENCES
+from osd.model_checks import DEFAULT_MAX_LENGTH
+from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
+from osd.spec.gamma import NEEDS_PROPOSALS, parse_gamma
 
 MODES = ("offline", "online")
 SAMPLE_SOURCES = ("teacher", "student", "mix_request", "mix_token")
@@ -86,7 +89,7 @@ class DataArguments:
         metadata={"help": "Split of an --eval_data_path folder or hub dataset."},
     )
     model_max_length: int = field(
-        default=512,
+        default=DEFAULT_MAX_LENGTH,
         metadata={"help": "Maximum prompt + response length in tokens (longer ones are truncated)."},
     )
     max_eval_samples: int | None = field(
@@ -137,18 +140,24 @@ class DistillTrainingArguments(TrainingArguments):
             "(what the reference code called jsd)."
         },
     )
-    max_propose_num: str = field(  # an int after __post_init__, or "auto"
-        default="5",
-        metadata={
-            "help": "gamma: draft tokens proposed per verification step (eval and serving), or 'auto': chosen "
-            "per step from the running alpha and the measured draft/verify costs (osd.spec.adaptive)."
-        },
+    max_propose_num: int | str = (
+        field(  # a Gamma (osd.spec.gamma) after __post_init__: an int >= 1, or "auto"
+            default=GAMMA_DEFAULT,
+            metadata={
+                "help": "gamma: draft tokens proposed per verification step (eval and serving), or 'auto': chosen "
+                "per step from the running alpha and the measured draft/verify costs (osd.spec.adaptive)."
+            },
+        )
     )
     online_eval_interval: int = field(
         default=10, metadata={"help": "Online mode: log the windowed alpha every this many queries."}
     )
     online_update_interval: int = field(
-        default=1, metadata={"help": "Online mode: take one distillation step every this many queries."}
+        default=1,
+        metadata={
+            "help": "Online mode: take one distillation step every this many queries; 0 = never (static: "
+            "serve the stream with the draft as it is, Standard SD)."
+        },
     )
     online_steps_per_update: int = field(
         default=1,
@@ -263,10 +272,13 @@ class DistillTrainingArguments(TrainingArguments):
         _check_choice("online_loss_positions", self.online_loss_positions, ONLINE_LOSS_POSITIONS)
         if self.draft_serving_dtype is not None:
             _check_choice("draft_serving_dtype", self.draft_serving_dtype, DTYPES[1:])
-        self.max_propose_num = _gamma(self.max_propose_num)
+        self.max_propose_num = parse_gamma(self.max_propose_num, plain_decoding=NEEDS_PROPOSALS)
+        if self.online_update_interval < 0:
+            raise ValueError(
+                f"--online_update_interval must be >= 0 (0: never), got {self.online_update_interval}"
+            )
         for flag in (
             "online_eval_interval",
-            "online_update_interval",
             "online_steps_per_update",
             "online_alpha_window",
             "max_new_tokens",
@@ -294,16 +306,3 @@ class DistillTrainingArguments(TrainingArguments):
             raise ValueError(
                 "--remove_unused_columns must be False: the trainer reads prompt_ids and group fields"
             )
-
-
-def _gamma(value: int | str) -> int | str:
-    """--max_propose_num as an int >= 1, or "auto"."""
-    if value == "auto":
-        return value
-    try:
-        gamma = int(value)
-    except (TypeError, ValueError):
-        gamma = 0
-    if gamma < 1 or str(gamma) != str(value).strip():
-        raise ValueError(f"--max_propose_num must be an integer >= 1 or 'auto', got {value!r}")
-    return gamma

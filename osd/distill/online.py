@@ -35,8 +35,8 @@ model the decoder input is [start] + generated[:-1] and row i predicts generated
 Buffer and memory. Each buffered query keeps, on the CPU, its token ids and the target's logits
 at its W loss positions only, in float16 (clamped to +-6e4 so nothing overflows): 2*V bytes per
 loss position (64 KB for V = 32000). The buffer holds at most --online_update_interval +
---online_replay_queries queries per draft; a run whose update interval exceeds the stream (a
-static baseline) keeps nothing.
+--online_replay_queries queries per draft; a static run (--online_update_interval 0, the Standard
+baseline, or an interval beyond the stream) keeps nothing.
 The student's logits are recomputed at the update (they change between updates).
 
 Optimizer cadence. A Trainer step serves --per_device_train_batch_size queries (gradient
@@ -346,8 +346,7 @@ class OnlineDistillTrainer(DistillTrainer):
         loss = torch.zeros((), device=self.args.device)
         if background is not None:
             loss = self._finish_background_update(background)
-        if self.args.online_update_interval > self.state.max_steps * len(queries):
-            # the stream ends before the first update: a static run (Standard SD), nothing to keep
+        if not self._update_reachable(len(queries)):  # a static run (Standard SD): nothing to keep
             return loss
         for (key, _), (ids, _), out in zip(routes, queries, outs, strict=True):
             query = buffer_query(ids, out, self.args.online_loss_positions, self.buffer_dtype)
@@ -364,6 +363,12 @@ class OnlineDistillTrainer(DistillTrainer):
         # Trainer steps the optimizer after this: the serving copies are out of date
         self._stale.update(losses)
         return [self._count_update(loss) for loss in losses.values()][-1]
+
+    def _update_reachable(self, batch: int) -> bool:
+        """Whether this run updates at all: --online_update_interval 0 is static (Standard SD), and so,
+        for its memory, is an interval the stream never reaches (the reference's 100000)."""
+        interval = self.args.online_update_interval
+        return 0 < interval <= self.state.max_steps * batch
 
     def _due_keys(self) -> list[str]:
         """Buffers holding --online_update_interval queries served since their last update."""

@@ -36,12 +36,14 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.trainer import TRAINING_ARGS_NAME
 
-from osd.cli import parse_train_args
 from osd.conversations import GROUP_FIELDS
 from osd.distill.callbacks import setup_wandb
-from osd.distill.data import DistillCollator
+from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
+from osd.distill.experiment import build_trainer, dataset_loader, train_planned
+from osd.distill.flags import parse_train_args
 from osd.distill.online import OnlineDistillTrainer
 from osd.distill.run_dir import open_run, run_identity
+from osd.models import load_models
 from osd.user_errors import run_main
 
 Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
@@ -162,18 +164,24 @@ class RoutingArguments:
 
 def main(argv: list[str] | None = None) -> None:
     """Online distillation with one draft per --route_by value, every draft starting from --student_model_path."""
-    from osd.train import dataset_loader, load_models
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    model_args, data_args, args, routing = parse_train_args(
-        sys.argv[1:] if argv is None else argv, (RoutingArguments,), "osd.distill.routing"
+    run_routed(
+        *parse_train_args(sys.argv[1:] if argv is None else argv, (RoutingArguments,), "osd.distill.routing")
     )
+
+
+def run_routed(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    args: DistillTrainingArguments,
+    routing: RoutingArguments,
+) -> None:
+    """`main` from typed arguments: one online draft per --route_by value, trained into --output_dir."""
     setup_wandb(args.report_to)
     args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
     identity = run_identity(model_args, data_args, args, route_by=routing.route_by, routes=routing.routes)
     with open_run(model_args, data_args, args, identity) as plan:  # refuses before models load
         tokenizer, student, teacher = load_models(model_args)
-        is_enc_dec = bool(student.config.is_encoder_decoder)
         stream = dataset_loader(data_args, tokenizer, student, teacher, args.max_new_tokens)(
             data_args.data_path, data_args.max_train_samples, data_args.data_split
         )
@@ -181,32 +189,20 @@ def main(argv: list[str] | None = None) -> None:
         routes = routing.routes or list(dict.fromkeys(v for v in values if v is not None))
         if not routes:
             raise ValueError(f"{data_args.data_path}: no record has a '{routing.route_by}' field to route by")
-        trainer = RoutedOnlineDistillTrainer(
+        trainer = build_trainer(
+            args, student, teacher, tokenizer, stream,
+            model_max_length=data_args.model_max_length,
+            trainer_class=RoutedOnlineDistillTrainer,
             model=RoutedDrafts.copies(student, routes),
             router=field_router(routing.route_by),
-            teacher_model=teacher,
-            args=args,
-            train_dataset=stream,
-            data_collator=DistillCollator(
-                tokenizer.pad_token_id,
-                is_enc_dec,
-                getattr(student.config, "decoder_start_token_id", None),
-                data_args.model_max_length,
-            ),
-            processing_class=tokenizer,
             run_identity=identity,
             run_info={
                 "student_model_path": model_args.student_model_path,
                 "data_path": data_args.data_path,
                 "route_by": routing.route_by,
             },
-        )
-        if plan.is_finished(trainer.planned_max_steps()):
-            return
-        plan.begin(args.should_save)
-        trainer.train(resume_from_checkpoint=str(plan.checkpoint.path) if plan.checkpoint else None)
-        trainer.save_model()
-        trainer.save_state()  # last: its trainer_state.json marks the run finished
+        )  # fmt: skip
+        train_planned(trainer, plan)
 
 
 if __name__ == "__main__":

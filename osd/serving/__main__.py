@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             f"{e}: osd.serving needs vLLM; bash bash_scripts/setup_vllm.sh makes .venv-vllm, "
             "then run .venv-vllm/bin/python -m osd.serving"
         ) from e
-    from osd.train import load_model, load_tokenizer
+    from osd.models import load_model, load_tokenizer
 
     torch.manual_seed(args.seed)
     tokenizer = load_tokenizer(args.teacher_model_path, None)

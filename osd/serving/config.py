@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from osd.demo import DRAFT_PATH, TARGET_PATH
 from osd.distill.config import ONLINE_LOSS_POSITIONS
 from osd.distill.losses import DIVERGENCES
+from osd.paths import DRAFT_PATH, TARGET_PATH
+from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
+from osd.spec.gamma import parse_gamma
 
 VLLM_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -31,7 +33,7 @@ class ServingArguments:
         metadata={"help": "The draft: vLLM's draft_model speculator, distilled online."},
     )
     max_propose_num: int = field(
-        default=5,
+        default=GAMMA_DEFAULT,
         metadata={"help": "gamma: vLLM's num_speculative_tokens (an int: no 'auto'); 0 = the target alone."},
     )
     max_new_tokens: int = field(default=128, metadata={"help": "Generated tokens per query, at most."})
@@ -109,8 +111,10 @@ class ServingArguments:
         for flag, value, choices in checks:
             if value not in choices:
                 raise ValueError(f"--{flag} must be one of {list(choices)}, got {value!r}")
+        self.max_propose_num = parse_gamma(
+            self.max_propose_num, auto="vLLM speculates a fixed number of tokens"
+        )
         minima = (
-            ("max_propose_num", 0),
             ("online_update_interval", 0),
             ("online_steps_per_update", 1),
             ("max_new_tokens", 1),

@@ -25,6 +25,7 @@ from osd.spec.adaptive import GammaPolicy
 from osd.spec.batched import decode_batch
 from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.gamma import AUTO, DEFAULT, Gamma, parse_gamma
 from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import accept_reject, acceptance_probability, greedy, logits_to_probs, sample
 
@@ -51,22 +52,18 @@ class SpeculativeDecoder:
         self,
         draft_model: PreTrainedModel,
         target_model: PreTrainedModel,
-        gamma: int | str = 5,
+        gamma: Gamma = DEFAULT,
         policy: GammaPolicy | None = None,
     ) -> None:
         """gamma: draft tokens per step (0: plain target decoding through this engine, a baseline), or
         "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
         estimate and measured costs across decoders)."""
-        if gamma == "auto":
+        gamma = parse_gamma(gamma, "gamma")
+        if gamma == AUTO:
             policy = policy or GammaPolicy()
             gamma = policy.max_gamma
         elif policy is not None:
             raise ValueError(f"a GammaPolicy needs gamma='auto', got gamma={gamma!r}")
-        if not isinstance(gamma, int) or gamma < 0:
-            raise ValueError(
-                f"gamma (the number of draft tokens per step, --max_propose_num) must be an integer >= 0 "
-                f"or 'auto', got {gamma!r}"
-            )
         self.policy = policy
         d_enc, t_enc = draft_model.config.is_encoder_decoder, target_model.config.is_encoder_decoder
         if d_enc != t_enc:

@@ -12,6 +12,7 @@ from transformers import PreTrainedModel
 
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import SpeculativeDecoder
+from osd.spec.gamma import DEFAULT, Gamma
 from osd.spec.records import SpecOutput
 
 
@@ -79,7 +80,7 @@ def measure_acceptance(
     draft: PreTrainedModel,
     target: PreTrainedModel,
     prompts: Sequence[torch.Tensor | list[int]],
-    gamma: int = 5,
+    gamma: Gamma = DEFAULT,
     max_new_tokens: int = 128,
     temperature: float = 0.0,
     eos_token_id: int | list[int] | None = None,

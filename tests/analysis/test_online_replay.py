@@ -11,7 +11,7 @@ import torch
 from osd.analysis.online_replay import Recipe, buffered, offline_ceiling, replay, summarize
 from osd.analysis.record import record_prompts
 from osd.analysis.simulate import simulate
-from osd.demo.lm_training import IGNORE
+from osd.distill.lm_training import IGNORE
 from tests.analysis.test_simulate import EOS, RANDOM_TOKENIZER
 from tests.spec.models import VOCAB, draft_from_target, tiny_model
 

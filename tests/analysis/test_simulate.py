@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from osd.analysis.record import record_conversations, record_prompts
 from osd.analysis.recording import RecordingError, load_recording, tokenizer_identity
 from osd.analysis.simulate import simulate
-from osd.demo import DRAFT_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
+from osd.paths import DRAFT_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.spec import SpeculativeDecoder
 from tests.spec.models import VOCAB, draft_from_target, tiny_model
 

@@ -6,7 +6,7 @@ import magpie_queries
 import pytest
 
 from osd.conversations import load_conversations
-from osd.demo import TINY_TEACHER_PATH
+from osd.paths import TINY_TEACHER_PATH
 
 FLAGS = ["--model", str(TINY_TEACHER_PATH), "--batch_size", "2", "--max_new_tokens", "24", "--min_chars", "1"]
 

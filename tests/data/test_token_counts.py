@@ -6,7 +6,7 @@ import pytest
 import token_counts
 from transformers import AutoTokenizer
 
-from osd.demo import TINY_TEACHER_PATH
+from osd.paths import TINY_TEACHER_PATH
 from osd.spec.draft_vocab import load_token_counts, select_token_ids
 
 

@@ -10,12 +10,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, T5ForConditionalGeneration
 
-import osd.demo.lm_training as lm_training
-from osd.demo import DOMAINS, TINY_TEACHER_PATH, workload_path
+import osd.distill.lm_training as lm_training
 from osd.demo.build_draft import DraftBuildConfig, build
 from osd.demo.build_t5_pair import T5BuildConfig
 from osd.demo.build_t5_pair import build as build_t5_pair
 from osd.model_checks import check_same_tokenizer
+from osd.paths import DOMAINS, TINY_TEACHER_PATH, workload_path
 from osd.spec.draft_vocab import count_tokens
 
 
@@ -135,7 +135,7 @@ def test_t5_pair_shares_one_tokenizer_without_a_chat_template(small_workload, tm
 def test_topk_distillation_is_the_soft_cross_entropy_renormalised_on_the_head():
     """Closed form on one position, a full head and a head over a subset of the stored entries;
     also under bf16 autocast (the build's setting), where float16 targets must still concatenate."""
-    from osd.demo.teacher_topk import TopK, topk_distillation
+    from osd.distill.teacher_topk import TopK, topk_distillation
     from osd.spec.draft_vocab import set_draft_vocab
     from tests.spec.models import tiny_model
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from osd.demo.headroom import forward_kl
-from osd.demo.lm_training import IGNORE
+from osd.distill.lm_training import IGNORE
 
 
 def test_forward_kl_matches_distributions_on_label_positions_only():

@@ -10,7 +10,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from osd.conversations import load_conversations, user_query
-from osd.demo import (
+from osd.distill.data import ConversationDataset
+from osd.models import load_demo_pair
+from osd.paths import (
     DOMAINS,
     DRAFT_PATH,
     T5_DRAFT_PATH,
@@ -18,10 +20,8 @@ from osd.demo import (
     TARGET_PATH,
     TINY_DRAFT_PATH,
     TINY_TEACHER_PATH,
-    load_demo_pair,
     workload_path,
 )
-from osd.distill.data import ConversationDataset
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids

@@ -8,9 +8,9 @@ import torch
 
 from osd.conversations import load_conversations, record_groups
 from osd.cost_model import speedup_measured_verify
-from osd.demo import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
 from osd.demo.online_demo import main
 from osd.metric_keys import group_key, wandb_key
+from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
 from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
 
 

@@ -7,7 +7,7 @@ import sentencepiece as spm
 from transformers import AutoTokenizer
 
 from osd.conversations import assistant_answer, load_conversations, user_query
-from osd.demo import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
+from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.prompting import encode_answer, encode_prompt
 
 

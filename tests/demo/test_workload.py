@@ -9,7 +9,7 @@ import build_local_workload as wl
 import pytest
 
 from osd.conversations import load_conversations, save_conversations
-from osd.demo import DOMAINS, workload_path
+from osd.paths import DOMAINS, workload_path
 
 
 @pytest.fixture(scope="module")

@@ -103,14 +103,23 @@ def test_bad_max_propose_num_names_the_flag(value, tmp_path):
     assert DistillTrainingArguments(output_dir=str(tmp_path), max_propose_num="3").max_propose_num == 3
 
 
-@pytest.mark.parametrize(
-    "flag", ["online_update_interval", "online_steps_per_update", "online_eval_interval"]
-)
+@pytest.mark.parametrize("flag", ["online_steps_per_update", "online_eval_interval"])
 def test_online_counts_below_one_name_the_flag(flag, tmp_path):
     from osd.distill.config import DistillTrainingArguments
 
     with pytest.raises(ValueError, match=f"--{flag} must be >= 1, got 0"):
         DistillTrainingArguments(output_dir=str(tmp_path), **{flag: 0})
+
+
+def test_online_update_interval_zero_is_static_and_below_is_refused(tmp_path):
+    from osd.distill.config import DistillTrainingArguments
+
+    assert (
+        DistillTrainingArguments(output_dir=str(tmp_path), online_update_interval=0).online_update_interval
+        == 0
+    )
+    with pytest.raises(ValueError, match="--online_update_interval must be >= 0"):
+        DistillTrainingArguments(output_dir=str(tmp_path), online_update_interval=-1)
 
 
 def test_refusal_is_one_error_line_without_traceback(saved_pair, tmp_path):

@@ -14,12 +14,12 @@ import huggingface_hub.constants
 import pytest
 from distill_fixtures import write_conversations
 
-from osd import cli
 from osd.conversations import ConversationFormatError, load_conversations, save_conversations
-from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
+from osd.distill import flags
 from osd.distill.callbacks import read_metrics
 from osd.distill.data import ConversationDataset
 from osd.distill.run_dir import data_digest
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.train import main
 
 HUB_NAME = "osd-test/convs"
@@ -178,7 +178,7 @@ def test_a_cached_hub_dataset_loads_at_once_when_the_hub_is_unreachable(
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setattr(datasets.config, "HF_ENDPOINT", "http://127.0.0.1:9")
-    assert cli.go_offline_if_unreachable([str(TINY_TEACHER_PATH), str(TINY_DRAFT_PATH), HUB_NAME, None])
+    assert flags.go_offline_if_unreachable([str(TINY_TEACHER_PATH), str(TINY_DRAFT_PATH), HUB_NAME, None])
     assert datasets.config.HF_HUB_OFFLINE
     start = time.monotonic()
     assert len(ConversationDataset(HUB_NAME, tokenizer, split="test")) == 2

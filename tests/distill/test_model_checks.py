@@ -14,9 +14,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from osd.conversations import ConversationFormatError
-from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, load_demo_pair
 from osd.distill.callbacks import read_metrics
 from osd.model_checks import check_model_path, tokenizer_difference
+from osd.models import load_demo_pair
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.train import main
 
 

@@ -346,12 +346,14 @@ def test_routed_drafts_update_only_on_their_own_queries_and_resume(tmp_path):
     )
 
 
-def test_static_run_serves_without_buffering(tmp_path):
-    """An update interval beyond the stream (the Standard baseline) keeps no buffer and never updates."""
+@pytest.mark.parametrize("interval", [0, 10**5])
+def test_static_run_serves_without_buffering(tmp_path, interval):
+    """--online_update_interval 0 (static: the Standard baseline), or one beyond the stream as the
+    reference's baselines give, keeps no buffer and never updates."""
     draft, target = make_pair()
     stream = write_stream(tmp_path / "stream.json", 3)
     before = copy.deepcopy(draft.state_dict())
-    trainer = make_trainer(tmp_path, stream, draft, target, online_update_interval=10**9)
+    trainer = make_trainer(tmp_path, stream, draft, target, online_update_interval=interval)
     trainer.train()
     assert trainer.online.max_buffer_bytes == 0 and not any(trainer.buffers.values())
     assert [e["queries_served"] for e in online_entries(tmp_path / "run")] == [1, 2, 3]

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import online_common, online_shift
 from osd.conversations import load_conversations
-from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 
 
 @pytest.fixture(autouse=True)

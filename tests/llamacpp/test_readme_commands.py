@@ -19,7 +19,7 @@ import pytest
 
 from llamacpp_patches import report
 from llamacpp_patches.run import needed_context
-from osd.demo import TINY_TEACHER_PATH
+from osd.paths import TINY_TEACHER_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "llamacpp_patches" / "README.md").read_text(encoding="utf-8")

@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from vllm import LLM  # noqa: E402
 
 from osd.conversations import load_conversations, user_query  # noqa: E402
-from osd.demo import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path  # noqa: E402
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path  # noqa: E402
 from osd.prompting import encode_prompt  # noqa: E402
 from osd.serving.acceptance import vllm_acceptance, wrong_positions  # noqa: E402
 from osd.serving.config import ServingArguments  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from osd.demo import TINY_DRAFT_PATH
+from osd.paths import TINY_DRAFT_PATH
 from osd.serving.subvocab import ARCHITECTURE, served_draft_folder
 from osd.spec.draft_vocab import set_draft_vocab
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from osd.demo.lm_training import IGNORE, BatchLoss, Example, collate, save_atomically
+from osd.distill.lm_training import IGNORE, BatchLoss, Example, collate, save_atomically
 from osd.spec.draft_vocab import compact_logits, draft_vocab_ids
 
 

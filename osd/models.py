@@ -1,0 +1,102 @@
+"""Loading models and tokenizers, one way for every tool: a hub name or a local folder, causal LMs or
+encoder-decoder (T5) models as their config says, a load failure that names the path
+(`osd.model_checks`), and the demo target converted from its package on first use (`osd.demo.target`).
+
+dtype rules: a dtype *flag* ("auto", "float32", "bfloat16", ...) is `resolve_dtype`'d, "auto" meaning
+bf16 on a GPU and float32 on a CPU (osd.train's --student_dtype/--teacher_dtype); None keeps the dtype the
+folder stores (`load_demo_pair`'s default, and data/generate_answer.py's --dtype auto).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from osd.demo.target import ensure_if_demo_target
+from osd.distill.config import ModelArguments
+from osd.model_checks import check_model_path, check_same_tokenizer, load_pretrained
+from osd.paths import DRAFT_PATH, TARGET_PATH
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """A dtype flag's torch dtype: "auto" is bf16 when CUDA is available, else float32."""
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return getattr(torch, name)
+
+
+def load_model(
+    path: str | Path,
+    dtype: str | torch.dtype | None = "auto",
+    cache_dir: str | None = None,
+    device_map: str | None = None,
+) -> PreTrainedModel:
+    """A causal LM or, when the config says so, an encoder-decoder model of `path`, in `dtype`: a flag's
+    name (`resolve_dtype`), a torch dtype, or None for the dtype the folder stores."""
+    ensure_if_demo_target(path)
+    check_model_path(path)
+    config = load_pretrained(AutoConfig, path, cache_dir=cache_dir)
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    dtype = resolve_dtype(dtype) if isinstance(dtype, str) else dtype or "auto"  # HF's "auto": as stored
+    return load_pretrained(auto, path, cache_dir=cache_dir, dtype=dtype, device_map=device_map)
+
+
+def load_tokenizer(path: str | Path, cache_dir: str | None = None, **kwargs) -> PreTrainedTokenizerBase:
+    """The tokenizer of `path`, with a pad token (unk, else eos, as the reference) when it has none."""
+    ensure_if_demo_target(path)
+    check_model_path(path)
+    tokenizer = load_pretrained(AutoTokenizer, path, cache_dir=cache_dir, **kwargs)
+    if tokenizer.pad_token is None:
+        fallback = tokenizer.unk_token or tokenizer.eos_token
+        if fallback is None:
+            raise ValueError(f"tokenizer of {path} has no pad, unk or eos token to pad with")
+        tokenizer.pad_token = fallback
+    return tokenizer
+
+
+def load_models(
+    model_args: ModelArguments,
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, PreTrainedModel]:
+    """(tokenizer, student, teacher) named by the model flags; the tokenizer is the teacher's."""
+    tokenizer = load_tokenizer(model_args.teacher_model_path, model_args.cache_dir)
+    check_same_tokenizer(
+        model_args.student_model_path, model_args.teacher_model_path, tokenizer, model_args.cache_dir
+    )
+    student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
+    teacher = load_model(
+        model_args.teacher_model_path,
+        model_args.teacher_dtype,
+        model_args.cache_dir,
+        model_args.teacher_device_map,
+    )
+    return tokenizer, student, teacher
+
+
+def load_demo_pair(
+    draft_path: str | Path = DRAFT_PATH,
+    target_path: str | Path = TARGET_PATH,
+    dtype: torch.dtype | None = None,
+    draft_dtype: torch.dtype | None = None,
+) -> tuple[PreTrainedModel, PreTrainedModel, PreTrainedTokenizerBase]:
+    """(draft, target, tokenizer) in eval mode, each in the dtype its folder stores unless given (causal
+    LMs, or seq2seq models for an encoder-decoder pair such as the T5 one); the tokenizer as stored."""
+    ensure_if_demo_target(target_path)
+    for path in (draft_path, target_path):
+        if not (Path(path) / "config.json").exists():
+            raise FileNotFoundError(
+                f"{path}: no model here; build the demo draft with `bash bash_scripts/demo/build_demo_models.sh`"
+            )
+    tokenizer = AutoTokenizer.from_pretrained(target_path)
+    check_same_tokenizer(draft_path, target_path, tokenizer)
+    draft = load_model(draft_path, draft_dtype).eval()
+    target = load_model(target_path, dtype).eval()
+    return draft, target, tokenizer
