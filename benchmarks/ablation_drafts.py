@@ -11,7 +11,7 @@ timing): run it under `/work/tools/cpu_slot`.
 
     python -m benchmarks.ablation_drafts --sizes 1x128 2x256 4x512 --steps 200 --batch_size 8 \
         --domain finance --queries 32 --work outputs/ablations/drafts \
-        --out benchmarks/results/ablations_v1
+        --out benchmarks/results/ablations/v1
 
 writes `{work}/{size}/standard` (pretrained), `{work}/{size}/online` (online-distilled) and
 `{out}/parts/draft_training.json` (the command, parameters, losses, seconds, stream alpha).

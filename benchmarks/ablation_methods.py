@@ -6,7 +6,7 @@ domain's other training queries) with the flags given, and records its results (
 of the stream, update cost) as `{results}/parts/methods_training.json`. Training: run it under
 `/work/tools/cpu_slot`. The drafts stay in --out: `online/` and `offline0_draft/`.
 
-    python -m benchmarks.ablation_methods --results benchmarks/results/ablations_v1 -- \
+    python -m benchmarks.ablation_methods --results benchmarks/results/ablations/v1 -- \
         --domain finance --queries 32 --update_interval 1 --learning_rate 3e-4 --offline_steps 16 \
         --sample_fraction 0 --out outputs/ablations/methods
 """

@@ -2,7 +2,7 @@
 into `{out}/results.json` (every run with its command, and the merged tables), `{out}/table.md`
 and one plot per ablation present: gamma.png, context.png, draft_size.png, methods.png.
 
-    python -m benchmarks.ablations report --out benchmarks/results/ablations_v1
+    python -m benchmarks.ablations report --out benchmarks/results/ablations/v1
 
 Part names: gamma*/context* (their `ablation` field), draft_size* (drafts named SIZE:standard and
 SIZE:online) with draft_training, methods* (drafts named as `benchmarks.online_single`'s runs:

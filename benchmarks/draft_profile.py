@@ -14,7 +14,7 @@ replayed (`osd.analysis.simulate`) against one recording of the target on --eval
 Writes {out}/results.json (with the command), table.md and profile.png (step latency against
 width, one line per depth; Eq. 2 throughput against parameters).
 
-    python benchmarks/draft_profile.py --depths 2 8 --widths 256 512 1024 --out benchmarks/results/draft_profile
+    python benchmarks/draft_profile.py --depths 2 8 --widths 256 512 1024 --out benchmarks/results/draft_profile/v1
     python benchmarks/draft_profile.py --depths 1 2 --widths 256 512 --train_steps 200 --eval_prompts 8
 """
 

@@ -1,6 +1,6 @@
 """Does a trainer beside the engine slow serving, and through what: the GIL (a thread) or the machine?
 
-    python -m benchmarks.trainer_contention --out benchmarks/results/trainer_contention_v1
+    python -m benchmarks.trainer_contention --out benchmarks/results/trainer_contention/v1
 
 `osd.spec` serves --queries eval prompts of --domain with the demo pair (greedy, --gamma, bf16, one
 torch thread) three ways, --rounds times in turn: alone; with a thread looping the online update

@@ -17,7 +17,7 @@ alpha = mean over the target's output positions of sum_x min(p(x), q(x)) (p targ
 at the recording's temperature) is estimated. Only p's K largest entries are known (exactly: the
 recording keeps the full softmax normaliser), so the sum over them is a LOWER bound; the missing
 tail adds at most min(1 - sum_topK p, 1 - sum_topK q), which gives the UPPER bound reported beside
-it. Measured on the SmolLM2 demo pair (`benchmarks/results/topk_alpha/`, exact alpha 0.202): the lower
+it. Measured on the SmolLM2 demo pair (`benchmarks/results/topk_alpha/v1/`, exact alpha 0.202): the lower
 bound falls short by 0.006 at K=100, 0.011 at K=20, 0.019 at K=5 and 0.043 at K=1.
 
 Writes `{output}.jsonl` (one line per iteration), `{output}.txt` (DSD's format: the tokens

@@ -66,7 +66,7 @@ from osd.streams import abrupt_stream
 from osd.user_errors import run_main
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
-CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling_45x32.json"
+CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "v3_45x32" / "ceiling.json"
 
 
 class AlphaProgress(TrainerCallback):
