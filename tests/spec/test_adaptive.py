@@ -8,9 +8,9 @@ import torch
 from osd.cost_model import speedup_measured_verify
 from osd.spec import GammaPolicy, SpeculativeDecoder
 from osd.spec.adaptive import StepCosts
-from tests.spec.models import tiny_model
 from tests.spec.test_batched import _left_padded, _prompts
 from tests.spec.test_decoder import _hf_greedy
+from tests.tiny_models import tiny_model
 
 VERIFY = [1.0, 1.04, 1.09, 1.14, 1.19, 1.24]  # seconds of a target pass over 1..6 tokens (linear from 2 on)
 

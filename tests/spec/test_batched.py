@@ -7,8 +7,8 @@ import torch
 
 from osd.distill.data import pad
 from osd.spec import SpeculativeDecoder
-from tests.spec.models import FAMILIES, VOCAB, draft_from_target, tiny_model
 from tests.spec.test_decoder import NOISE, _hf_greedy
+from tests.tiny_models import FAMILIES, VOCAB, draft_from_target, tiny_model
 
 
 def _left_padded(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from osd.spec import SpeculativeDecoder
-from tests.spec.models import FAMILIES, VOCAB, draft_from_target, tiny_model
+from tests.tiny_models import FAMILIES, VOCAB, draft_from_target, tiny_model
 
 # noise levels that make each family's draft agree with its target sometimes, not always
 NOISE = {"llama": 0.1, "mistral": 0.1, "gpt2": 0.3, "opt": 0.3, "gpt_bigcode": 0.3, "t5": 0.05}

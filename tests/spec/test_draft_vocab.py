@@ -18,9 +18,9 @@ from osd.spec.draft_vocab import (
     select_token_ids,
     set_draft_vocab,
 )
-from tests.spec.models import VOCAB, draft_from_target, tiny_model
 from tests.spec.test_batched import _left_padded, _marginal_second_token
 from tests.spec.test_decoder import _hf_greedy, _prompt
+from tests.tiny_models import VOCAB, draft_from_target, tiny_model
 
 HALF = list(range(0, VOCAB, 2))  # every other id: the head covers half the vocabulary
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from osd.spec import SpeculativeDecoder
-from tests.spec.models import FAMILIES, draft_from_target, tiny_model
 from tests.spec.test_decoder import NOISE, _hf_greedy, _prompt
+from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 
 BF16_EPS = 2.0**-7  # relative spacing of bf16 numbers
 
