@@ -25,6 +25,9 @@ from transformers import (
 )
 
 VOCAB = 64
+EOS = 2  # every tiny model's eos_token_id
+# the tokenizer identity (osd.analysis.recording) recorded for tiny_model pairs, which have no tokenizer
+RANDOM_TOKENIZER = {"name": "random", "vocab_size": VOCAB, "vocab_sha256": "0" * 64}
 
 
 def tiny_tokenizer(
