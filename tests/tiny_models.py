@@ -98,6 +98,24 @@ def tiny_llama(
     return model
 
 
+def tiny_t5_config(vocab_size: int = VOCAB, layers: int = 2, d_model: int = 32, **overrides) -> T5Config:
+    """A T5 config of 4 heads of width 8, MLP width 2 * `d_model`, `layers` encoder and decoder layers,
+    ids pad 0 (the decoder start) and eos 2; `overrides` set or replace config fields."""
+    fields = dict(
+        vocab_size=vocab_size,
+        d_model=d_model,
+        d_kv=8,
+        d_ff=2 * d_model,
+        num_layers=layers,
+        num_decoder_layers=layers,
+        num_heads=4,
+        decoder_start_token_id=0,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    return T5Config(**{**fields, **overrides})
+
+
 def _config(family: str, layers: int):
     # a wide initialisation keeps random models from repeating one token forever
     if family == "llama":
@@ -131,20 +149,8 @@ def _config(family: str, layers: int):
             n_embd=32, n_layer=layers, n_head=4, n_positions=256, multi_query=True, **common
         )
     if family == "t5":
-        return T5Config(
-            d_model=32,
-            d_kv=8,
-            d_ff=64,
-            num_layers=layers,
-            num_decoder_layers=layers,
-            num_heads=4,
-            decoder_start_token_id=0,
-            vocab_size=VOCAB,
-            eos_token_id=2,
-            pad_token_id=0,
-            initializer_factor=3.0,
-            feed_forward_proj="gated-gelu",
-            tie_word_embeddings=False,
+        return tiny_t5_config(
+            VOCAB, layers, initializer_factor=3.0, feed_forward_proj="gated-gelu", tie_word_embeddings=False
         )
     raise ValueError(family)
 

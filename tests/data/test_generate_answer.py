@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
-from tests.tiny_models import tiny_llama, tiny_tokenizer
+from tests.tiny_models import tiny_llama, tiny_t5_config, tiny_tokenizer
 
 WORDS = sorted(
     set(re.findall(r"\w+|[^\w\s]+", PLAIN_TEMPLATE.format(query="")))
@@ -285,21 +285,11 @@ def test_output_equal_to_the_input_is_refused(teacher_dir, conversations):
 
 def test_encoder_decoder_teacher_reads_the_bare_query(tmp_path, conversations):
     """A T5 teacher: batched (left-padded encoder inputs) answers equal one-by-one generate."""
-    from transformers import T5Config, T5ForConditionalGeneration
+    from transformers import T5ForConditionalGeneration
 
     tok = tiny_tokenizer(VOCAB, template="$A </s>", bos=None, pad="<unk>")
     torch.manual_seed(1)
-    config = T5Config(
-        vocab_size=len(VOCAB),
-        d_model=32,
-        d_ff=64,
-        d_kv=8,
-        num_layers=2,
-        num_heads=4,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-        eos_token_id=2,
-    )
+    config = tiny_t5_config(len(VOCAB))
     model = T5ForConditionalGeneration(config).eval()
     with torch.no_grad():  # T5's own init makes a tiny model repeat one token whatever the input
         for param in model.parameters():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import torch
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, T5ForConditionalGeneration
 
-from tests.tiny_models import tiny_llama, tiny_tokenizer
+from tests.tiny_models import tiny_llama, tiny_t5_config, tiny_tokenizer
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 WORDS = (
@@ -33,18 +33,7 @@ def llama(layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
 
 def t5(layers: int, d_model: int, seed: int) -> T5ForConditionalGeneration:
     torch.manual_seed(seed)
-    config = T5Config(
-        vocab_size=VOCAB,
-        d_model=d_model,
-        d_kv=8,
-        d_ff=2 * d_model,
-        num_layers=layers,
-        num_decoder_layers=layers,
-        num_heads=4,
-        decoder_start_token_id=0,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
+    config = tiny_t5_config(VOCAB, layers, d_model)
     model = T5ForConditionalGeneration(config).eval()
     # a random T5 with tied embeddings just copies its decoder input (greedy: pad forever);
     # an untied random head makes it generate varied tokens

@@ -13,11 +13,12 @@ import threading
 import pytest
 import torch
 from online_fixtures import VOCAB, make_pair, make_tokenizer, make_trainer, write_stream
-from transformers import LlamaForCausalLM, T5Config, T5ForConditionalGeneration, TrainerCallback
+from transformers import LlamaForCausalLM, T5ForConditionalGeneration, TrainerCallback
 
 from osd.distill.losses import forward_kl
 from osd.distill.online import buffer_query, distillation_loss, logits_at
 from osd.spec import SpeculativeDecoder
+from tests.tiny_models import tiny_t5_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -73,9 +74,7 @@ def test_student_rows_are_the_shifted_positions():
 
 def test_encoder_decoder_rows_follow_the_decoder_input():
     torch.manual_seed(0)
-    config = T5Config(vocab_size=len(VOCAB), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                      decoder_start_token_id=0, eos_token_id=2, pad_token_id=0)  # fmt: skip
-    target = T5ForConditionalGeneration(config).eval()
+    target = T5ForConditionalGeneration(tiny_t5_config(len(VOCAB))).eval()
     draft = copy.deepcopy(target)
     with torch.no_grad():
         for p in draft.parameters():
