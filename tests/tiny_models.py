@@ -63,7 +63,7 @@ def tiny_tokenizer(
 def tiny_llama_config(
     vocab_size: int = VOCAB, layers: int = 2, hidden: int = 32, kv_heads: int = 4, **overrides
 ) -> LlamaConfig:
-    """A Llama config of 4 heads, MLP width 2 * `hidden`, 256 positions, ids pad 0, bos 1, eos 2;
+    """A Llama config of 4 heads, MLP width 2 * `hidden`, 256 positions, ids pad 0, bos 1, eos EOS;
     `overrides` set or replace config fields (e.g. `pad_token_id=None`)."""
     fields = dict(
         vocab_size=vocab_size,
@@ -74,7 +74,7 @@ def tiny_llama_config(
         num_key_value_heads=kv_heads,
         max_position_embeddings=256,
         bos_token_id=1,
-        eos_token_id=2,
+        eos_token_id=EOS,
         pad_token_id=0,
     )
     return LlamaConfig(**{**fields, **overrides})
@@ -100,7 +100,7 @@ def tiny_llama(
 
 def tiny_t5_config(vocab_size: int = VOCAB, layers: int = 2, d_model: int = 32, **overrides) -> T5Config:
     """A T5 config of 4 heads of width 8, MLP width 2 * `d_model`, `layers` encoder and decoder layers,
-    ids pad 0 (the decoder start) and eos 2; `overrides` set or replace config fields."""
+    ids pad 0 (the decoder start) and eos EOS; `overrides` set or replace config fields."""
     fields = dict(
         vocab_size=vocab_size,
         d_model=d_model,
@@ -110,7 +110,7 @@ def tiny_t5_config(vocab_size: int = VOCAB, layers: int = 2, d_model: int = 32, 
         num_decoder_layers=layers,
         num_heads=4,
         decoder_start_token_id=0,
-        eos_token_id=2,
+        eos_token_id=EOS,
         pad_token_id=0,
     )
     return T5Config(**{**fields, **overrides})
@@ -120,7 +120,7 @@ def _config(family: str, layers: int):
     # a wide initialisation keeps random models from repeating one token forever
     if family == "llama":
         return tiny_llama_config(VOCAB, layers, initializer_range=0.3)
-    common = dict(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=0, initializer_range=0.3)
+    common = dict(vocab_size=VOCAB, bos_token_id=1, eos_token_id=EOS, pad_token_id=0, initializer_range=0.3)
     if family == "mistral":  # grouped-query attention
         return MistralConfig(
             hidden_size=32,
