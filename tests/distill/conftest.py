@@ -1,4 +1,4 @@
-"""Fixtures for tests/distill (builders in distill_fixtures.py)."""
+"""Fixtures for tests/distill (builders in distill_fixtures.py and online_fixtures.py, on tests/tiny_models.py)."""
 
 from __future__ import annotations
 

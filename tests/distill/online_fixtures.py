@@ -4,6 +4,7 @@ draft is the target plus noise, so it is wrong sometimes), a query stream and an
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
@@ -28,7 +29,8 @@ def make_pair(noise: float = 0.6) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
     return draft_from_target(target, noise), target
 
 
-def write_stream(path, n: int, datasets: tuple[str, ...] = ("a", "b")) -> str:
+def write_stream(path: Path, n: int, datasets: tuple[str, ...] = ("a", "b")) -> str:
+    """A conversation file of `n` one-turn queries of 6 random words, their datasets cycling through `datasets`."""
     gen = torch.Generator().manual_seed(2)
     records = []
     for i in range(n):
@@ -39,7 +41,9 @@ def write_stream(path, n: int, datasets: tuple[str, ...] = ("a", "b")) -> str:
     return str(path)
 
 
-def make_trainer(tmp_path, stream: str, draft, target, **overrides) -> OnlineDistillTrainer:
+def make_trainer(tmp_path: Path, stream: str, draft, target, **overrides) -> OnlineDistillTrainer:
+    """An online trainer of `draft` against `target` serving `stream` (gamma 3, 12 new tokens, an update
+    every 2 queries, alpha logged per query) into tmp_path/run; `overrides` replace its arguments."""
     kwargs = dict(output_dir=str(tmp_path / "run"), mode="online", per_device_train_batch_size=1,
                   num_train_epochs=1, learning_rate=1e-2, lr_scheduler_type="constant", report_to="none",
                   eval_on_start=False, save_strategy="no", logging_steps=1000, use_cpu=True, seed=0,

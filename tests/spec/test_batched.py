@@ -10,12 +10,6 @@ from tests.spec.references import NOISE, hf_greedy, left_padded, marginal_second
 from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def pair(request):
-    target = tiny_model(request.param, layers=3)
-    return draft_from_target(target, NOISE[request.param]), target
-
-
 def test_greedy_rows_equal_the_target_and_the_single_row_engine(pair):
     """Prompts of different lengths in one batch: each row's tokens are the target's greedy decoding,
     and its acceptance record (alpha, accepted lengths, wrong positions, target logits) is `generate`'s."""

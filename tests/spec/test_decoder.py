@@ -7,13 +7,7 @@ import torch
 
 from osd.spec import SpeculativeDecoder
 from tests.spec.references import NOISE, hf_greedy, marginal_second_token, random_prompt
-from tests.tiny_models import FAMILIES, VOCAB, draft_from_target, tiny_model
-
-
-@pytest.fixture(scope="module", params=FAMILIES)
-def pair(request):
-    target = tiny_model(request.param, layers=3)
-    return draft_from_target(target, NOISE[request.param]), target
+from tests.tiny_models import VOCAB, draft_from_target, tiny_model
 
 
 def test_greedy_output_equals_target_generate(pair):
