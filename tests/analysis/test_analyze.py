@@ -10,8 +10,7 @@ import torch
 from osd.analysis.analyze import format_report, read_iterations, summarize
 from osd.analysis.record import record_prompts
 from osd.analysis.simulate import simulate, write_outputs
-from tests.analysis.test_simulate import EOS, RANDOM_TOKENIZER
-from tests.spec.models import VOCAB, draft_from_target, tiny_model
+from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 

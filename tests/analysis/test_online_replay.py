@@ -12,8 +12,7 @@ from osd.analysis.online_replay import Recipe, buffered, offline_ceiling, replay
 from osd.analysis.record import record_prompts
 from osd.analysis.simulate import simulate
 from osd.distill.lm_training import IGNORE
-from tests.analysis.test_simulate import EOS, RANDOM_TOKENIZER
-from tests.spec.models import VOCAB, draft_from_target, tiny_model
+from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
 
 
 @pytest.fixture(scope="module")

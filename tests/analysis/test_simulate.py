@@ -13,10 +13,7 @@ from osd.analysis.recording import RecordingError, load_recording, tokenizer_ide
 from osd.analysis.simulate import simulate
 from osd.paths import DRAFT_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.spec import SpeculativeDecoder
-from tests.spec.models import VOCAB, draft_from_target, tiny_model
-
-RANDOM_TOKENIZER = {"name": "random", "vocab_size": VOCAB, "vocab_sha256": "0" * 64}
-EOS = 2
+from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
 
 
 def live(draft, target, prompt: list[int], gamma: int, max_new_tokens: int, eos: int):

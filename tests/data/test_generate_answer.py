@@ -1,4 +1,4 @@
-"""data/generate_answer.py with a tiny random Llama and a word-level tokenizer built here.
+"""data/generate_answer.py with a tiny random Llama and a word-level tokenizer (tests/tiny_models.py).
 
 The reference answer of each record is HF `generate` on that prompt alone (no padding), cut at
 the first EOS: batching with left padding must not change it, the last token must not be
@@ -13,11 +13,11 @@ from pathlib import Path
 import generate_answer
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
+from tests.tiny_models import tiny_llama, tiny_t5_config, tiny_tokenizer
 
 WORDS = sorted(
     set(re.findall(r"\w+|[^\w\s]+", PLAIN_TEMPLATE.format(query="")))
@@ -45,23 +45,8 @@ def greedy(model, tok, query: str, eos: list[int] | None) -> list[int]:
 
 @pytest.fixture(scope="module")
 def teacher_dir(tmp_path_factory) -> Path:
-    tk = Tokenizer(models.WordLevel(VOCAB, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    model = LlamaForCausalLM(config).eval()
+    tok = tiny_tokenizer(VOCAB, pad=None)
+    model = tiny_llama(len(VOCAB), kv_heads=2, pad_token_id=None)
     # A random model never says </s>; make a word it emits in some answers but not all a second
     # EOS (as Llama-3's generation config lists several), so that some answers stop early.
     free = [greedy(model, tok, q, eos=None) for q in QUERIES]
@@ -300,24 +285,11 @@ def test_output_equal_to_the_input_is_refused(teacher_dir, conversations):
 
 def test_encoder_decoder_teacher_reads_the_bare_query(tmp_path, conversations):
     """A T5 teacher: batched (left-padded encoder inputs) answers equal one-by-one generate."""
-    from transformers import T5Config, T5ForConditionalGeneration
+    from transformers import T5ForConditionalGeneration
 
-    tk = Tokenizer(models.WordLevel(VOCAB, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="</s>", unk_token="<unk>", pad_token="<unk>")
+    tok = tiny_tokenizer(VOCAB, template="$A </s>", bos=None, pad="<unk>")
     torch.manual_seed(1)
-    config = T5Config(
-        vocab_size=len(VOCAB),
-        d_model=32,
-        d_ff=64,
-        d_kv=8,
-        num_layers=2,
-        num_heads=4,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-        eos_token_id=2,
-    )
+    config = tiny_t5_config(len(VOCAB))
     model = T5ForConditionalGeneration(config).eval()
     with torch.no_grad():  # T5's own init makes a tiny model repeat one token whatever the input
         for param in model.parameters():

@@ -137,7 +137,7 @@ def test_topk_distillation_is_the_soft_cross_entropy_renormalised_on_the_head():
     also under bf16 autocast (the build's setting), where float16 targets must still concatenate."""
     from osd.distill.teacher_topk import TopK, topk_distillation
     from osd.spec.draft_vocab import set_draft_vocab
-    from tests.spec.models import tiny_model
+    from tests.tiny_models import tiny_model
 
     model = tiny_model("llama", layers=1)
     ids, labels = [5, 6, 7], [-100, -100, 7]  # one loss position: logits at t = 1 predict token 7

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import osd.demo.step_cost as step_cost
 from osd.spec.draft_vocab import CONFIG_KEY, SubVocabHead
-from tests.spec.models import tiny_model
+from tests.tiny_models import tiny_model
 
 
 def test_cost_ratio_times_a_saved_sub_vocabulary_draft_with_its_head(monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sqlite3
 
 import build_local_workload as wl
 import pytest
@@ -58,8 +59,14 @@ def test_committed_sql_answers_execute():
     records = load_conversations(workload_path("sql", "train")) + load_conversations(
         workload_path("sql", "eval")
     )
+    assert records and {rec["topic"] for rec in records} <= set(dbs)
+    errors = {}
     for rec in records:
-        dbs[rec["topic"]].execute(rec["conversation"][1]["content"]).fetchall()
+        try:
+            dbs[rec["topic"]].execute(rec["conversation"][1]["content"]).fetchall()
+        except sqlite3.Error as err:
+            errors[rec["id"]] = f"{err}: {rec['conversation'][1]['content']}"
+    assert not errors, errors
 
 
 def test_committed_code_answers_are_python_functions():

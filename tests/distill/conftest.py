@@ -1,8 +1,9 @@
-"""Fixtures for tests/distill (builders in distill_fixtures.py)."""
+"""Fixtures for tests/distill (builders in distill_fixtures.py and online_fixtures.py, on tests/tiny_models.py)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from distill_fixtures import build_tokenizer, llama, save_pair, t5, write_conversations
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, T5ForConditionalGeneration
 
@@ -32,3 +33,12 @@ def conversation_file(tmp_path) -> str:
 def saved_pair(tmp_path) -> tuple[str, str]:
     """(student, teacher) model folders, as `osd.train` loads them."""
     return save_pair(tmp_path)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models: threads only add synchronisation, which stalls on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

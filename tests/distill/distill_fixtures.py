@@ -5,14 +5,9 @@ from __future__ import annotations
 import json
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerFast,
-    T5Config,
-    T5ForConditionalGeneration,
-)
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, T5ForConditionalGeneration
+
+from tests.tiny_models import tiny_llama, tiny_t5_config, tiny_tokenizer
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 WORDS = (
@@ -24,50 +19,21 @@ VOCAB = 64
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {tok: i for i, tok in enumerate(dict.fromkeys(SPECIALS + WORDS))}
-    assert len(vocab) <= VOCAB, len(vocab)
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
-    )
+    """Word-level over SPECIALS + WORDS (pad 0, bos 1, eos 2, unk 3), `<s>` prepended."""
+    tokenizer = tiny_tokenizer(SPECIALS + WORDS)
+    assert len(tokenizer) <= VOCAB, len(tokenizer)
+    return tokenizer
 
 
 def llama(layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # sharper logits: fewer argmax near-ties, more varied greedy outputs
-        model.get_output_embeddings().weight.mul_(4.0)
-    return model
+    """A random Llama over the fixture vocabulary, its head scaled by 4: sharper logits, fewer argmax
+    near-ties, more varied greedy outputs."""
+    return tiny_llama(VOCAB, layers, hidden, seed=seed, head_scale=4.0)
 
 
 def t5(layers: int, d_model: int, seed: int) -> T5ForConditionalGeneration:
     torch.manual_seed(seed)
-    config = T5Config(
-        vocab_size=VOCAB,
-        d_model=d_model,
-        d_kv=8,
-        d_ff=2 * d_model,
-        num_layers=layers,
-        num_decoder_layers=layers,
-        num_heads=4,
-        decoder_start_token_id=0,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
+    config = tiny_t5_config(VOCAB, layers, d_model)
     model = T5ForConditionalGeneration(config).eval()
     # a random T5 with tied embeddings just copies its decoder input (greedy: pad forever);
     # an untied random head makes it generate varied tokens
@@ -101,15 +67,21 @@ def write_conversations(path, with_answers: bool = True, groups: bool = True) ->
     return str(path)
 
 
-def save_pair(folder, build=None) -> tuple[str, str]:
+def save_pair(
+    folder, build=None, student_tokenizer: PreTrainedTokenizerFast | None = None
+) -> tuple[str, str]:
     """(student, teacher) saved as model folders with the tokenizer, for `osd.train` on the command line;
-    `build(layers, width, seed)` makes each model (default `llama`; `t5` for an encoder-decoder pair)."""
+    `build(layers, width, seed)` makes each model (default `llama`; `t5` for an encoder-decoder pair);
+    `student_tokenizer` replaces the student's."""
     build = build or llama
     tokenizer = build_tokenizer()
     paths = []
-    for name, model in (("student", build(1, 16, seed=1)), ("teacher", build(2, 32, seed=0))):
+    for name, model, tok in (
+        ("student", build(1, 16, seed=1), student_tokenizer or tokenizer),
+        ("teacher", build(2, 32, seed=0), tokenizer),
+    ):
         model.save_pretrained(folder / name)
-        tokenizer.save_pretrained(folder / name)
+        tok.save_pretrained(folder / name)
         paths.append(str(folder / name))
     return paths[0], paths[1]
 

@@ -7,13 +7,13 @@ import json
 import re
 
 import pytest
-import torch
 from distill_fixtures import QUERIES, llama, save_pair
 
 from osd.dashboard import build_workspace, sections, spec_json
 from osd.distill.callbacks import default_run_name, read_metrics
 from osd.metric_keys import EVAL_PREFIX, GROUP_KEY, group_key, wandb_key
 from osd.train import main
+from tests.tiny_models import draft_from_target
 from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
 
 # (query, dataset, topic, language): random tiny models are right on some queries, wrong on others
@@ -24,13 +24,8 @@ STREAM = [(QUERIES[0], "math", "arithmetic", "en"), (QUERIES[1], "sql", "tables"
 def teacher_or_noisy_copy(layers: int, width: int, seed: int):
     """save_pair's builder: the teacher (2 layers), and for the student the same teacher plus noise (a
     random student agrees with a random teacher on the same positions of every prompt: one alpha for all)."""
-    model = llama(2, 32, seed=0)
-    if layers == 1:
-        generator = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(0.3 * p.std().nan_to_num(0.0) * torch.randn(p.shape, generator=generator))
-    return model
+    teacher = llama(2, 32, seed=0)
+    return draft_from_target(teacher, 0.3) if layers == 1 else teacher
 
 
 @pytest.fixture(scope="module")

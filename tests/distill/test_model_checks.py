@@ -9,8 +9,7 @@ import math
 import shutil
 
 import pytest
-from distill_fixtures import SPECIALS, WORDS, build_tokenizer, llama, write_conversations
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from distill_fixtures import SPECIALS, WORDS, build_tokenizer, save_pair, write_conversations
 from transformers import PreTrainedTokenizerFast
 
 from osd.conversations import ConversationFormatError
@@ -19,18 +18,7 @@ from osd.model_checks import check_model_path, tokenizer_difference
 from osd.models import load_demo_pair
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.train import main
-
-
-def save_pair(tmp_path, student_tokenizer=None) -> tuple[str, str]:
-    paths = []
-    for name, model, tok in (
-        ("student", llama(1, 16, seed=1), student_tokenizer or build_tokenizer()),
-        ("teacher", llama(2, 32, seed=0), build_tokenizer()),
-    ):
-        model.save_pretrained(tmp_path / name)
-        tok.save_pretrained(tmp_path / name)
-        paths.append(str(tmp_path / name))
-    return paths[0], paths[1]
+from tests.tiny_models import tiny_tokenizer
 
 
 def argv(student, teacher, data, out, *extra) -> list[str]:
@@ -47,18 +35,13 @@ def permuted_tokenizer() -> PreTrainedTokenizerFast:
     words = list(dict.fromkeys(SPECIALS + WORDS))
     i, j = words.index("plus"), words.index("minus")
     words[i], words[j] = words[j], words[i]
-    backend = Tokenizer(models.WordLevel(vocab={w: k for k, w in enumerate(words)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
-    )
+    return tiny_tokenizer(words)
 
 
 def test_student_with_another_tokenizer_of_the_same_size_is_refused(tmp_path):
     other = permuted_tokenizer()
     assert len(other) == len(build_tokenizer())
-    student, teacher = save_pair(tmp_path, other)
+    student, teacher = save_pair(tmp_path, student_tokenizer=other)
     data = write_conversations(tmp_path / "d.json")
     with pytest.raises(ValueError, match=r"different tokenizers: vocabularies differ .*'minus' is id") as err:
         main(argv(student, teacher, data, tmp_path / "o"))

@@ -1,7 +1,7 @@
 """Online distillation: buffer contents, logits reuse, update cadence, per-group alpha, resume.
 
 Tiny random Llama pair (the draft is the target plus noise, so it is wrong sometimes) and a
-word-level tokenizer built here; every stream has a handful of queries.
+word-level tokenizer from online_fixtures.py; every stream has a handful of queries.
 """
 
 from __future__ import annotations
@@ -12,88 +12,15 @@ import threading
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerFast,
-    T5Config,
-    T5ForConditionalGeneration,
-    TrainerCallback,
-)
+from online_fixtures import VOCAB, make_pair, make_tokenizer, make_trainer, write_stream
+from transformers import LlamaForCausalLM, T5ForConditionalGeneration, TrainerCallback
 
-from osd.distill.config import DistillTrainingArguments
-from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.losses import forward_kl
-from osd.distill.online import OnlineDistillTrainer, buffer_query, distillation_loss, logits_at
+from osd.distill.online import buffer_query, distillation_loss, logits_at
 from osd.spec import SpeculativeDecoder
+from tests.tiny_models import tiny_t5_config
 
-WORDS = [f"w{i}" for i in range(60)]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: threads only add synchronisation, which stalls on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-VOCAB = ["<pad>", "<s>", "</s>", "<unk>"] + WORDS
-
-
-def make_tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
-    )
-
-
-def make_pair(noise: float = 0.6) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(VOCAB), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0)  # fmt: skip
-    target = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        target.lm_head.weight.mul_(8.0)  # sharp logits: greedy ties are rare
-    draft = copy.deepcopy(target)
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * p.std().nan_to_num(0.0) * torch.randn(p.shape, generator=gen))
-    return draft, target
-
-
-def write_stream(path, n: int, datasets: tuple[str, ...] = ("a", "b")) -> str:
-    gen = torch.Generator().manual_seed(2)
-    records = []
-    for i in range(n):
-        words = " ".join(WORDS[j] for j in torch.randint(0, 60, (6,), generator=gen).tolist())
-        records.append({"id": f"q{i}", "conversation": [{"role": "user", "content": words}],
-                        "dataset": datasets[i % len(datasets)]})  # fmt: skip
-    path.write_text(json.dumps(records))
-    return str(path)
-
-
-def make_trainer(tmp_path, stream: str, draft, target, **overrides) -> OnlineDistillTrainer:
-    kwargs = dict(output_dir=str(tmp_path / "run"), mode="online", per_device_train_batch_size=1,
-                  num_train_epochs=1, learning_rate=1e-2, lr_scheduler_type="constant", report_to="none",
-                  eval_on_start=False, save_strategy="no", logging_steps=1000, use_cpu=True, seed=0,
-                  max_new_tokens=12, max_propose_num=3, online_update_interval=2, online_eval_interval=1,
-                  dataloader_pin_memory=False, disable_tqdm=True)  # fmt: skip
-    kwargs.update(overrides)
-    tokenizer = make_tokenizer()
-    return OnlineDistillTrainer(
-        model=draft,
-        teacher_model=target,
-        args=DistillTrainingArguments(**kwargs),
-        train_dataset=ConversationDataset(stream, tokenizer, model_max_length=64),
-        data_collator=DistillCollator(tokenizer.pad_token_id),
-        processing_class=tokenizer,
-    )
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def online_entries(output_dir) -> list[dict]:
@@ -147,9 +74,7 @@ def test_student_rows_are_the_shifted_positions():
 
 def test_encoder_decoder_rows_follow_the_decoder_input():
     torch.manual_seed(0)
-    config = T5Config(vocab_size=len(VOCAB), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                      decoder_start_token_id=0, eos_token_id=2, pad_token_id=0)  # fmt: skip
-    target = T5ForConditionalGeneration(config).eval()
+    target = T5ForConditionalGeneration(tiny_t5_config(len(VOCAB))).eval()
     draft = copy.deepcopy(target)
     with torch.no_grad():
         for p in draft.parameters():

@@ -9,13 +9,15 @@ import shlex
 from pathlib import Path
 
 import pytest
-from distill_fixtures import build_tokenizer, llama, save_pair, t5, write_conversations
-from transformers import HfArgumentParser
+import torch
+from distill_fixtures import QUERIES, build_tokenizer, llama, save_pair, t5, write_conversations
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, HfArgumentParser
 
 from osd.distill import reference_flags
 from osd.distill.callbacks import read_metrics
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.reference_flags import parse_cli, split_flags, translate
+from osd.spec import SpeculativeDecoder
 from osd.train import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "reference_command_lines.txt"
@@ -196,16 +198,81 @@ def test_max_train_samples_and_source_prefix_reach_the_training_set(tmp_path, mo
     assert len(item["prompt_ids"]) > len(plain["prompt_ids"])
 
 
-def test_a_reference_offline_line_runs_with_only_model_and_data_paths_changed(tmp_path):
+@torch.no_grad()
+def greedy_alpha(draft, target, prompts: list[list[int]], gamma: int, max_new_tokens: int, eos: int) -> float:
+    """Token-weighted greedy acceptance rate of speculative decoding, from the target's own `generate`
+    and one teacher-forced draft forward per prompt (no engine): the output is the target's greedy
+    decoding G; a step at position i proposes k = min(gamma, tokens left - 1) tokens, accepts the n
+    whose draft choice (after the prompt and G[:j]) is G[j], and counts min(n + 1, k) positions
+    (n when the last accepted token is EOS, after which nothing is proposed)."""
+    accepted = counted = 0
+    for ids in prompts:
+        prompt = torch.tensor([ids])
+        out = target.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens, do_sample=False,
+            eos_token_id=eos, pad_token_id=0,
+        )[0]  # fmt: skip
+        if target.config.is_encoder_decoder:  # out: the decoder start token, then G
+            gen = out[1:]
+            choice = draft(input_ids=prompt, decoder_input_ids=out[None, :-1]).logits[0].argmax(-1)
+        else:
+            gen = out[len(ids) :]
+            choice = draft(out[None]).logits[0, len(ids) - 1 : -1].argmax(-1)
+        i = 0
+        while i < len(gen):
+            k = min(gamma, max_new_tokens - i - 1)
+            n = 0
+            while n < k and choice[i + n] == gen[i + n]:
+                n += 1
+                if gen[i + n - 1] == eos:  # proposals end at a drafted EOS
+                    k = n
+            accepted, counted, i = accepted + n, counted + min(n + 1, k), i + n + 1
+    return accepted / counted
+
+
+def trained_alpha(run, teacher: str, prompts: list[list[int]], argv: list[str], max_new_tokens: int) -> float:
+    """greedy_alpha of the student saved in `run` against `teacher`, with the gamma `argv` sets."""
+    _, _, args = parse_cli(parser(), argv)
+    auto = (
+        AutoModelForSeq2SeqLM
+        if AutoConfig.from_pretrained(teacher).is_encoder_decoder
+        else AutoModelForCausalLM
+    )
+    student, target = auto.from_pretrained(run).eval(), auto.from_pretrained(teacher).eval()
+    return greedy_alpha(
+        student, target, prompts, args.max_propose_num, max_new_tokens, build_tokenizer().eos_token_id
+    )
+
+
+def recording_prompts(monkeypatch) -> list[list[int]]:
+    """The distinct prompts SpeculativeDecoder.generate is called with from now on, in order."""
+    prompts: list[list[int]] = []
+    generate = SpeculativeDecoder.generate
+
+    def recording_generate(self, input_ids, *args, **kwargs):
+        if input_ids[0].tolist() not in prompts:
+            prompts.append(input_ids[0].tolist())
+        return generate(self, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(SpeculativeDecoder, "generate", recording_generate)
+    return prompts
+
+
+def test_a_reference_offline_line_runs_with_only_model_and_data_paths_changed(tmp_path, monkeypatch):
     script, argv = next(c for c in COMMANDS if c[0].startswith("bash_scripts/gsm8k/offline.sh"))
     student, teacher = save_pair(tmp_path, llama)
     data = write_conversations(tmp_path / "d.json")
     paths = {"student_model_path": student, "teacher_model_path": teacher, "data_path": data}
     paths |= {"eval_data_path": data, "output_dir": str(tmp_path / "run")}
-    metrics = main([*on_cpu(argv, **paths), "--max_new_tokens", "8", "--report_to", "none"])
+    prompts = recording_prompts(monkeypatch)
+    run_argv = [*on_cpu(argv, **paths), "--max_new_tokens", "8", "--report_to", "none"]
+    metrics = main(run_argv)
     # eval per epoch (2 epochs of one step each: 6 records < one batch of 32) and "Standard" before
     assert [m["step"] for m in read_metrics(tmp_path / "run") if "eval_alpha" in m] == [0, 1, 2]
-    assert 0 <= metrics["eval_alpha"] <= 1
+    # the final alpha is the trained student's on the 6 eval prompts, with the line's gamma (5)
+    assert len(prompts) == len(QUERIES)
+    expected = trained_alpha(tmp_path / "run", teacher, prompts, run_argv, 8)
+    assert metrics["eval_alpha"] == pytest.approx(expected, abs=1e-12)
 
 
 def test_a_reference_t5_line_runs_with_only_model_and_data_paths_changed(tmp_path, monkeypatch):
@@ -219,8 +286,13 @@ def test_a_reference_t5_line_runs_with_only_model_and_data_paths_changed(tmp_pat
         "teacher_model_path": teacher,
         "output_dir": str(tmp_path / "run"),
     }
-    metrics = main([*on_cpu(argv, **paths), "--max_new_tokens", "8", "--report_to", "none"])
-    assert 0 <= metrics["eval_alpha"] <= 1
+    prompts = recording_prompts(monkeypatch)
+    run_argv = [*on_cpu(argv, **paths), "--max_new_tokens", "8", "--report_to", "none"]
+    metrics = main(run_argv)
+    # the final alpha is the trained student's on the 6 gsm8k test prompts
+    assert len(prompts) == len(QUERIES)
+    expected = trained_alpha(tmp_path / "run", teacher, prompts, run_argv, 8)
+    assert metrics["eval_alpha"] == pytest.approx(expected, abs=1e-12)
 
 
 # our per-dataset scripts -> the reference script whose settings they keep, and their arguments

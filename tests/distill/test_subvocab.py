@@ -6,11 +6,12 @@ import json
 
 import pytest
 import torch
+from online_fixtures import VOCAB, make_pair, make_trainer, write_stream
 from transformers import AutoModelForCausalLM
 
 from osd.spec.draft_vocab import SubVocabHead, draft_vocab_ids
-from tests.distill.test_online import VOCAB, make_pair, make_trainer, one_thread, write_stream  # noqa: F401
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 SIZE = 24
 
 

@@ -228,15 +228,31 @@ def test_distillation_raises_alpha(llama_pair, tokenizer, tmp_path):
 def test_sampled_alpha_draws_on_the_students_device(
     llama_pair, tokenizer, conversation_file, tmp_path, monkeypatch
 ):
-    """--eval_temperature > 0: the evaluation generator lives where the draft's probabilities are."""
+    """--eval_temperature > 0: the evaluation generator is made for the student's device, where the
+    draft's probabilities are. The student reports the CPU as `cpu:0`, a device that neither a default
+    `torch.Generator()` nor one made for the teacher (plain `cpu`) names."""
     from osd.spec import SpeculativeDecoder
 
     student, teacher = llama_pair
+    student_device = torch.device("cpu", 0)
+    model_device = type(student).device
+    monkeypatch.setattr(
+        type(student), "device", property(lambda m: student_device if m is student else model_device.fget(m))
+    )
+
+    class RecordingGenerator(torch.Generator):
+        """A CPU generator that remembers the device it was made for."""
+
+        def __init__(self, device: str | torch.device = "cpu"):
+            super().__init__()
+            self.made_for = torch.device(device)
+
+    monkeypatch.setattr(torch, "Generator", RecordingGenerator)
     devices = []
     generate = SpeculativeDecoder.generate
 
     def recording_generate(self, *args, generator=None, **kwargs):
-        devices.append(generator.device)
+        devices.append(generator.made_for)
         return generate(self, *args, generator=generator, **kwargs)
 
     monkeypatch.setattr(SpeculativeDecoder, "generate", recording_generate)
@@ -249,5 +265,6 @@ def test_sampled_alpha_draws_on_the_students_device(
         eval_path=conversation_file,
         eval_temperature=0.7,
     )
-    alpha = trainer.evaluate()["eval_alpha"]
-    assert 0 <= alpha <= 1 and devices and set(devices) == {student.device}
+    trainer.evaluate()
+    assert teacher.device == torch.device("cpu") != student.device
+    assert devices and set(devices) == {student_device}

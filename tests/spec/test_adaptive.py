@@ -8,9 +8,8 @@ import torch
 from osd.cost_model import speedup_measured_verify
 from osd.spec import GammaPolicy, SpeculativeDecoder
 from osd.spec.adaptive import StepCosts
-from tests.spec.models import tiny_model
-from tests.spec.test_batched import _left_padded, _prompts
-from tests.spec.test_decoder import _hf_greedy
+from tests.spec.references import hf_greedy, left_padded, random_prompts
+from tests.tiny_models import tiny_model
 
 VERIFY = [1.0, 1.04, 1.09, 1.14, 1.19, 1.24]  # seconds of a target pass over 1..6 tokens (linear from 2 on)
 
@@ -44,9 +43,9 @@ def test_useless_draft_falls_back_to_plain_decoding_with_rare_probes():
     target = tiny_model("llama", layers=3)
     draft = tiny_model("llama", layers=1, seed=7)  # random weights: agrees with the target by chance only
     policy = _policy()
-    prompt = _prompts((6,))[0]
+    prompt = random_prompts((6,))[0]
     out = SpeculativeDecoder(draft, target, gamma="auto", policy=policy).generate(prompt, max_new_tokens=60)
-    torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 60), rtol=0, atol=0)
+    torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 60), rtol=0, atol=0)
     assert policy.alpha < 0.2 and policy.choose(draft, target) in (0, 1)
     # after the first proposals fail, most steps propose nothing (one probe per probe_every steps)
     assert out.num_proposed < 0.4 * len(out.accepted_lengths), (out.num_proposed, len(out.accepted_lengths))
@@ -55,7 +54,9 @@ def test_useless_draft_falls_back_to_plain_decoding_with_rare_probes():
 def test_identical_draft_drafts_the_longest_block():
     target = tiny_model("llama", layers=2)
     policy = _policy(alpha=0.9)
-    out = SpeculativeDecoder(target, target, gamma="auto", policy=policy).generate(_prompts((5,))[0], 25)
+    out = SpeculativeDecoder(target, target, gamma="auto", policy=policy).generate(
+        random_prompts((5,))[0], 25
+    )
     assert out.alpha == 1.0 and policy.alpha > 0.9
     assert out.accepted_lengths[:4] == [policy.max_gamma] * 4
 
@@ -63,12 +64,12 @@ def test_identical_draft_drafts_the_longest_block():
 def test_batched_rows_stay_exact_with_auto_gamma():
     target = tiny_model("llama", layers=3)
     draft = tiny_model("llama", layers=1, seed=7)
-    prompts = _prompts((4, 8, 2))
+    prompts = random_prompts((4, 8, 2))
     decoder = SpeculativeDecoder(draft, target, gamma="auto", policy=_policy())
     for prompt, out in zip(
-        prompts, decoder.generate_batch(*_left_padded(prompts), max_new_tokens=30), strict=True
+        prompts, decoder.generate_batch(*left_padded(prompts), max_new_tokens=30), strict=True
     ):
-        torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 30), rtol=0, atol=0)
+        torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 30), rtol=0, atol=0)
     assert decoder.policy.alpha < 0.5  # it learned from the batch
 
 
@@ -151,10 +152,10 @@ def test_the_engine_reports_its_verifications_per_batch_size():
     draft = tiny_model("llama", layers=1, seed=7)
     policy = _policy(alpha=0.9, timing_weight=0.5)  # batch sizes 1..3 measured
     decoder = SpeculativeDecoder(draft, target, gamma="auto", policy=policy)
-    decoder.generate(_prompts((5,))[0], max_new_tokens=12)
+    decoder.generate(random_prompts((5,))[0], max_new_tokens=12)
     assert any(o is not None for o in policy.costs[1].observed_s)
     assert policy.costs[3].observed_s == [None] * len(VERIFY)
-    decoder.generate_batch(*_left_padded(_prompts((4, 8, 2))), max_new_tokens=12)
+    decoder.generate_batch(*left_padded(random_prompts((4, 8, 2))), max_new_tokens=12)
     observed = [k for k, o in enumerate(policy.costs[3].observed_s) if o is not None]
     assert observed and all(policy.costs[3].observed_s[k] < 60 for k in observed)  # seconds, not the fakes
 

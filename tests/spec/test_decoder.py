@@ -6,43 +6,16 @@ import pytest
 import torch
 
 from osd.spec import SpeculativeDecoder
-from tests.spec.models import FAMILIES, VOCAB, draft_from_target, tiny_model
-
-# noise levels that make each family's draft agree with its target sometimes, not always
-NOISE = {"llama": 0.1, "mistral": 0.1, "gpt2": 0.3, "opt": 0.3, "gpt_bigcode": 0.3, "t5": 0.05}
-
-
-def _prompt(length: int = 6, seed: int = 0) -> torch.Tensor:
-    return torch.randint(3, VOCAB, (1, length), generator=torch.Generator().manual_seed(seed))
-
-
-def _hf_greedy(
-    model, prompt: torch.Tensor, max_new_tokens: int, eos_token_id: int | None = None
-) -> torch.Tensor:
-    """The target's own greedy decoding: new tokens only, [1, N]."""
-    out = model.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        eos_token_id=eos_token_id,
-        pad_token_id=0,
-    )
-    return out[:, 1:] if model.config.is_encoder_decoder else out[:, prompt.shape[1] :]
-
-
-@pytest.fixture(scope="module", params=FAMILIES)
-def pair(request):
-    target = tiny_model(request.param, layers=3)
-    return draft_from_target(target, NOISE[request.param]), target
+from tests.spec.references import NOISE, hf_greedy, marginal_second_token, random_prompt
+from tests.tiny_models import VOCAB, draft_from_target, tiny_model
 
 
 def test_greedy_output_equals_target_generate(pair):
     draft, target = pair
     for seed in range(2):
-        prompt = _prompt(seed=seed)
+        prompt = random_prompt(seed=seed)
         out = SpeculativeDecoder(draft, target, gamma=4).generate(prompt, max_new_tokens=40)
-        torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 40), rtol=0, atol=0)
+        torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 40), rtol=0, atol=0)
         # both the accept and the reject path ran, or the equality above proves little
         assert 0.0 < out.alpha < 1.0, out.alpha
         assert out.wrong_positions
@@ -50,7 +23,7 @@ def test_greedy_output_equals_target_generate(pair):
 
 def test_identical_draft_accepts_everything(pair):
     _, target = pair
-    out = SpeculativeDecoder(target, target, gamma=4).generate(_prompt(), max_new_tokens=26)
+    out = SpeculativeDecoder(target, target, gamma=4).generate(random_prompt(), max_new_tokens=26)
     assert out.alpha == 1.0
     assert out.wrong_positions == []
     # 26 tokens = 5 full steps of 4 accepted + 1 bonus, then one step with the last token alone
@@ -61,7 +34,7 @@ def test_identical_draft_sampling_alpha_is_one():
     target = tiny_model("llama")
     gen = torch.Generator().manual_seed(0)
     out = SpeculativeDecoder(target, target, gamma=3).generate(
-        _prompt(), max_new_tokens=20, temperature=1.0, generator=gen
+        random_prompt(), max_new_tokens=20, temperature=1.0, generator=gen
     )
     assert out.alpha == pytest.approx(1.0, abs=1e-5)
     assert out.wrong_positions == []
@@ -70,7 +43,7 @@ def test_identical_draft_sampling_alpha_is_one():
 def test_wrong_positions_are_where_the_draft_disagreed():
     target = tiny_model("llama", layers=3)
     draft = draft_from_target(target, NOISE["llama"])
-    prompt = _prompt()
+    prompt = random_prompt()
     out = SpeculativeDecoder(draft, target, gamma=4).generate(prompt, max_new_tokens=40)
     gen = out.generated_ids[0]
     full = torch.cat([prompt[0], gen])
@@ -86,7 +59,7 @@ def test_wrong_positions_are_where_the_draft_disagreed():
 
 def test_target_logits_equal_a_fresh_target_forward(pair):
     draft, target = pair
-    prompt = _prompt()
+    prompt = random_prompt()
     out = SpeculativeDecoder(draft, target, gamma=4).generate(
         prompt, max_new_tokens=30, return_target_logits=True
     )
@@ -104,17 +77,17 @@ def test_target_logits_equal_a_fresh_target_forward(pair):
 def test_max_new_tokens_boundary(max_new_tokens):
     target = tiny_model("llama", layers=3)
     draft = draft_from_target(target, NOISE["llama"])
-    prompt = _prompt()
+    prompt = random_prompt()
     out = SpeculativeDecoder(draft, target, gamma=5).generate(prompt, max_new_tokens=max_new_tokens)
-    torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, max_new_tokens), rtol=0, atol=0)
+    torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, max_new_tokens), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("draft_kind", ["identical", "noisy"])
 def test_eos_stops_generation_even_inside_a_draft_block(draft_kind):
     target = tiny_model("llama", layers=3)
     draft = target if draft_kind == "identical" else draft_from_target(target, NOISE["llama"])
-    prompt = _prompt()
-    reference = _hf_greedy(target, prompt, 30)[0].tolist()
+    prompt = random_prompt()
+    reference = hf_greedy(target, prompt, 30)[0].tolist()
     eos = reference[7]  # a token the target emits mid-block (position 7 of 5-token blocks)
     expected = reference[: reference.index(eos) + 1]
     out = SpeculativeDecoder(draft, target, gamma=5).generate(
@@ -128,20 +101,20 @@ def test_eos_stops_generation_even_inside_a_draft_block(draft_kind):
 def test_prompt_near_context_limit_stops_at_the_limit():
     target = tiny_model("llama", layers=3, max_position_embeddings=32)
     draft = draft_from_target(target, NOISE["llama"])
-    prompt = _prompt(length=28)
+    prompt = random_prompt(length=28)
     out = SpeculativeDecoder(draft, target, gamma=5).generate(prompt, max_new_tokens=20)
-    torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 4), rtol=0, atol=0)
+    torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 4), rtol=0, atol=0)
     with pytest.raises(ValueError, match="context"):
-        SpeculativeDecoder(draft, target).generate(_prompt(length=32), max_new_tokens=5)
+        SpeculativeDecoder(draft, target).generate(random_prompt(length=32), max_new_tokens=5)
 
 
 def test_vocabularies_differing_by_padding_rows_work_on_the_shared_part():
     target = tiny_model("llama", layers=3)
     draft = draft_from_target(target, NOISE["llama"])
     draft.resize_token_embeddings(VOCAB + 1)  # e.g. an added [PAD] token
-    prompt = _prompt()
+    prompt = random_prompt()
     out = SpeculativeDecoder(draft, target, gamma=4).generate(prompt, max_new_tokens=20)
-    torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 20), rtol=0, atol=0)
+    torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 20), rtol=0, atol=0)
 
 
 def test_different_vocabularies_are_refused():
@@ -167,14 +140,7 @@ def test_sampling_reproduces_the_target_distribution():
     draft = draft_from_target(target, 0.6)
     prompt = torch.tensor([[3, 5, 7]])  # ids < 8
 
-    def marginal_second_token(model) -> torch.Tensor:
-        with torch.no_grad():
-            p1 = torch.softmax(model(prompt).logits[0, -1], -1)  # [V]
-            prefixes = torch.cat([prompt.repeat(8, 1), torch.arange(8)[:, None]], 1)
-            p2 = torch.softmax(model(prefixes).logits[:, -1], -1)  # [V, V]
-        return p1 @ p2
-
-    exact, draft_marginal = marginal_second_token(target), marginal_second_token(draft)
+    exact, draft_marginal = marginal_second_token(target, prompt), marginal_second_token(draft, prompt)
     gen = torch.Generator().manual_seed(0)
     decoder = SpeculativeDecoder(draft, target, gamma=2)
     n = 1500
@@ -197,7 +163,7 @@ def test_empty_prompt_is_refused_with_what_to_do():
 @pytest.mark.parametrize("bad", [-1, VOCAB, VOCAB + 7])
 def test_out_of_vocabulary_prompt_id_is_refused(bad):
     target = tiny_model("llama", layers=1)
-    prompt = _prompt()
+    prompt = random_prompt()
     prompt[0, 2] = bad
     with pytest.raises(
         ValueError, match=rf"prompt token id {bad} is outside the models' vocabulary \[0, {VOCAB}\)"

@@ -18,9 +18,8 @@ from osd.spec.draft_vocab import (
     select_token_ids,
     set_draft_vocab,
 )
-from tests.spec.models import VOCAB, draft_from_target, tiny_model
-from tests.spec.test_batched import _left_padded, _marginal_second_token
-from tests.spec.test_decoder import _hf_greedy, _prompt
+from tests.spec.references import hf_greedy, left_padded, marginal_second_token, random_prompt
+from tests.tiny_models import VOCAB, draft_from_target, tiny_model
 
 HALF = list(range(0, VOCAB, 2))  # every other id: the head covers half the vocabulary
 
@@ -30,21 +29,21 @@ def test_greedy_output_still_equals_the_target(family):
     target = tiny_model(family, layers=3)
     draft = set_draft_vocab(draft_from_target(target, 0.1), HALF)
     decoder = SpeculativeDecoder(draft, target, gamma=4)
-    prompts = [_prompt(seed=s) for s in range(2)]
+    prompts = [random_prompt(seed=s) for s in range(2)]
     for prompt in prompts:
         out = decoder.generate(prompt, max_new_tokens=30)
-        torch.testing.assert_close(out.generated_ids, _hf_greedy(target, prompt, 30), rtol=0, atol=0)
+        torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 30), rtol=0, atol=0)
         assert 0.0 < out.alpha < 1.0, out.alpha  # both paths ran
-    ids, mask = _left_padded([prompts[0], prompts[1][:, :4]])
+    ids, mask = left_padded([prompts[0], prompts[1][:, :4]])
     for row, out in zip(
         [prompts[0], prompts[1][:, :4]], decoder.generate_batch(ids, mask, max_new_tokens=20), strict=True
     ):
-        torch.testing.assert_close(out.generated_ids, _hf_greedy(target, row, 20), rtol=0, atol=0)
+        torch.testing.assert_close(out.generated_ids, hf_greedy(target, row, 20), rtol=0, atol=0)
 
 
 def test_draft_proposes_only_its_tokens_and_logits_match_the_full_head_inside():
     draft = tiny_model("llama", layers=2)
-    prompt = _prompt(length=9)
+    prompt = random_prompt(length=9)
     with torch.no_grad():
         full = draft(prompt).logits  # [1, T, V]
         set_draft_vocab(draft, HALF)
@@ -61,7 +60,7 @@ def test_draft_proposes_only_its_tokens_and_logits_match_the_full_head_inside():
 def test_served_rows_follow_weight_updates():
     """The head caches weight[V'] for serving; an optimizer step (in place) must invalidate it."""
     draft = set_draft_vocab(tiny_model("llama", layers=1), HALF)
-    prompt = _prompt()
+    prompt = random_prompt()
     with torch.inference_mode():
         before = draft(prompt).logits
     with torch.no_grad():
@@ -77,7 +76,7 @@ def test_alpha_counts_q_zero_outside_the_token_set():
     and 0 outside, whatever was sampled."""
     target = tiny_model("llama", layers=2)
     draft = set_draft_vocab(draft_from_target(target, 0.3), HALF)
-    prompt = _prompt()
+    prompt = random_prompt()
     with torch.no_grad():
         p = torch.softmax(target(prompt).logits[0, -1].float(), -1)  # [V]
         full_head = draft_from_target(target, 0.3)(prompt).logits[0, -1].float()  # the same draft, full head
@@ -103,7 +102,7 @@ def test_sampling_keeps_the_target_distribution_with_half_the_vocabulary():
         prompt.repeat(n, 1), max_new_tokens=2, temperature=1.0, generator=torch.Generator().manual_seed(0)
     )
     counts = torch.bincount(torch.tensor([o.generated_ids[0, 1] for o in outs]), minlength=8).float()
-    exact = _marginal_second_token(target, prompt)
+    exact = marginal_second_token(target, prompt)
     chi2 = float(((counts - n * exact) ** 2 / (n * exact)).sum())
     assert chi2 < 24.32, chi2
     with torch.no_grad():
@@ -115,7 +114,7 @@ def test_sampling_keeps_the_target_distribution_with_half_the_vocabulary():
 def test_save_and_load_keep_the_token_set_and_tied_weights(tmp_path):
     draft = set_draft_vocab(tiny_model("llama", layers=1, tie_word_embeddings=True), HALF)
     assert draft.get_output_embeddings().weight is draft.get_input_embeddings().weight
-    prompt = _prompt()
+    prompt = random_prompt()
     with torch.no_grad():
         before = draft(prompt).logits
     draft.save_pretrained(tmp_path)
@@ -178,7 +177,7 @@ def test_bad_token_ids_are_refused():
 def test_hf_assisted_generation_with_a_sub_vocabulary_draft_is_the_targets_greedy_output():
     target = tiny_model("llama", layers=3)
     draft = set_draft_vocab(draft_from_target(target, 0.1), HALF)
-    prompt = _prompt()
+    prompt = random_prompt()
     assisted = target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=draft,
                                max_new_tokens=20, do_sample=False, pad_token_id=0, eos_token_id=None)  # fmt: skip
-    torch.testing.assert_close(assisted[:, prompt.shape[1] :], _hf_greedy(target, prompt, 20), rtol=0, atol=0)
+    torch.testing.assert_close(assisted[:, prompt.shape[1] :], hf_greedy(target, prompt, 20), rtol=0, atol=0)

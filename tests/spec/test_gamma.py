@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from osd.spec.gamma import AUTO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag, parse_gamma
-from tests.spec.models import draft_from_target, tiny_model
+from tests.tiny_models import draft_from_target, tiny_model
 
 
 @pytest.mark.parametrize(

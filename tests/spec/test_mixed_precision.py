@@ -16,10 +16,8 @@ import pytest
 import torch
 
 from osd.spec import SpeculativeDecoder
-from tests.spec.models import FAMILIES, draft_from_target, tiny_model
-from tests.spec.test_decoder import NOISE, _hf_greedy, _prompt
-
-BF16_EPS = 2.0**-7  # relative spacing of bf16 numbers
+from tests.spec.references import BF16_EPS, NOISE, first_divergence, hf_greedy, random_prompt
+from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 
 
 @torch.no_grad()
@@ -32,10 +30,6 @@ def _teacher_forced_logits(model, prompt: torch.Tensor, ids: torch.Tensor) -> to
     return model(torch.cat([prompt[0], ids])[None]).logits[0, prompt.shape[1] - 1 : -1].float()
 
 
-def _first_divergence(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-
-
 @pytest.mark.parametrize("draft_dtype", [torch.float32, torch.bfloat16], ids=["fp32_draft", "bf16_draft"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_greedy_bf16_target_equals_its_own_generate(family, draft_dtype):
@@ -45,10 +39,10 @@ def test_greedy_bf16_target_equals_its_own_generate(family, draft_dtype):
     decoder = SpeculativeDecoder(draft, target, gamma=4)
     identical = 0
     for seed in range(4):
-        prompt = _prompt(seed=seed)
+        prompt = random_prompt(seed=seed)
         out = decoder.generate(prompt, max_new_tokens=40, return_target_logits=True)
         assert out.target_logits.dtype == torch.bfloat16
-        ours, reference = out.generated_ids[0].tolist(), _hf_greedy(target, prompt, 40)[0].tolist()
+        ours, reference = out.generated_ids[0].tolist(), hf_greedy(target, prompt, 40)[0].tolist()
         # every emitted token is the greedy choice up to a bf16 tie, given the tokens emitted before it
         forced = _teacher_forced_logits(target, prompt, out.generated_ids[0])
         chosen = forced.gather(-1, out.generated_ids[0][:, None])[:, 0]
@@ -56,7 +50,7 @@ def test_greedy_bf16_target_equals_its_own_generate(family, draft_dtype):
             family,
             seed,
         )
-        i = _first_divergence(ours, reference)
+        i = first_divergence(ours, reference)
         if i is None:
             assert len(ours) == len(reference)
             identical += 1
@@ -73,7 +67,7 @@ def test_mixed_dtype_pair_samples():
     target = tiny_model("llama", layers=2).to(torch.bfloat16)
     draft = draft_from_target(tiny_model("llama", layers=2), 0.1)
     out = SpeculativeDecoder(draft, target, gamma=4).generate(
-        _prompt(), max_new_tokens=30, temperature=1.0, generator=torch.Generator().manual_seed(0)
+        random_prompt(), max_new_tokens=30, temperature=1.0, generator=torch.Generator().manual_seed(0)
     )
     assert 0.0 < out.alpha <= 1.0
     assert out.generated_ids.dtype == torch.long and out.generated_ids.shape[1] == 30

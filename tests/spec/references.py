@@ -1,0 +1,68 @@
+"""Inputs and independent references the engine tests share: random prompts, HF's own greedy
+decoding, exact second-token marginals, bf16 resolution."""
+
+from __future__ import annotations
+
+import torch
+
+from osd.distill.data import pad
+from tests.tiny_models import VOCAB
+
+# noise levels that make each family's draft agree with its target sometimes, not always
+NOISE = {"llama": 0.1, "mistral": 0.1, "gpt2": 0.3, "opt": 0.3, "gpt_bigcode": 0.3, "t5": 0.05}
+
+
+def random_prompt(length: int = 6, seed: int = 0) -> torch.Tensor:
+    """[1, length] ids drawn from 3..VOCAB-1 (no special ids)."""
+    return torch.randint(3, VOCAB, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def hf_greedy(
+    model, prompt: torch.Tensor, max_new_tokens: int, eos_token_id: int | None = None
+) -> torch.Tensor:
+    """The target's own greedy decoding: new tokens only, [1, N]."""
+    out = model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=eos_token_id,
+        pad_token_id=0,
+    )
+    return out[:, 1:] if model.config.is_encoder_decoder else out[:, prompt.shape[1] :]
+
+
+def left_padded(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows [1, T_i] as input_ids [B, max T] and attention_mask, padding on the left."""
+    return pad([p[0].tolist() for p in prompts], 0, "left")
+
+
+def random_prompts(lengths: tuple[int, ...]) -> list[torch.Tensor]:
+    """One [1, n] prompt per length, ids from 3..VOCAB-1, from one seeded generator."""
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randint(3, VOCAB, (1, n), generator=gen) for n in lengths]
+
+
+def marginal_second_token(model, prompt: torch.Tensor) -> torch.Tensor:
+    """Exact P(x2) = sum_x1 p(x1) p(x2 | x1) for a vocabulary of 8, from two forwards: [V]."""
+    firsts = torch.arange(8)[:, None]  # [V, 1]
+    with torch.no_grad():
+        if model.config.is_encoder_decoder:  # the prompt is the encoder input
+            start = torch.zeros(1, 1, dtype=torch.long)  # decoder_start_token_id 0
+            p1 = torch.softmax(model(input_ids=prompt, decoder_input_ids=start).logits[0, -1], -1)
+            decoder = torch.cat([start.repeat(8, 1), firsts], 1)
+            p2 = torch.softmax(
+                model(input_ids=prompt.repeat(8, 1), decoder_input_ids=decoder).logits[:, -1], -1
+            )
+        else:
+            p1 = torch.softmax(model(prompt).logits[0, -1], -1)
+            p2 = torch.softmax(model(torch.cat([prompt.repeat(8, 1), firsts], 1)).logits[:, -1], -1)  # [V, V]
+    return p1 @ p2
+
+
+BF16_EPS = 2.0**-7  # relative spacing of bf16 numbers
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """The first index where `a` and `b` differ (None if one is a prefix of the other)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
