@@ -2,12 +2,12 @@
 
 Each draft is built exactly as the demo draft (`osd.demo.build_draft`: distilled from the target's
 top-K on the general corpus, with a sub-vocabulary head) with its own depth and width and the same
-short budget (--steps x --batch_size examples, same seed and data order). (`ablations_v1` was
+short budget (--steps x --batch_size examples, same seed and data order). (`benchmarks/results/ablations/v1` was
 recorded with the recipe before that one, pre-training on the workload's plain documents and the
 Python manual's prose: `git show 1cda991:osd/demo/build_draft.py`.) Then each is distilled online (`osd.train --mode online` through
 `benchmarks.online_common.run_online`) on the same stream: the first --queries training queries
-of --domain, an update every --update_interval queries, same learning rate. Training only (no
-timing): run it under `/work/tools/cpu_slot`.
+of --domain, an update every --online_update_interval queries, same learning rate. Training only (no
+timing): it may share the machine with one other 1-thread job.
 
     python -m benchmarks.ablation_drafts --sizes 1x128 2x256 4x512 --steps 200 --batch_size 8 \
         --domain finance --queries 32 --work outputs/ablations/drafts \

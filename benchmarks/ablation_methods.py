@@ -3,8 +3,8 @@
 Runs `benchmarks.online_single` (Fig. 2 analogue: the demo draft distilled online on one domain's
 stream, Standard on the same stream, and an offline-distilled draft trained beforehand on that
 domain's other training queries) with the flags given, and records its results (alpha per quarter
-of the stream, update cost) as `{results}/parts/methods_training.json`. Training: run it under
-`/work/tools/cpu_slot`. The drafts stay in --out: `online/` and `offline0_draft/`.
+of the stream, update cost) as `{results}/parts/methods_training.json`. Training only: it may
+share the machine with one other 1-thread job. The drafts stay in --out: `online/` and `offline0_draft/`.
 
     python -m benchmarks.ablation_methods --results benchmarks/results/ablations/v1 -- \
         --domain finance --queries 32 --update_interval 1 --learning_rate 3e-4 --offline_steps 16 \

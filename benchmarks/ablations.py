@@ -3,7 +3,7 @@
 Every timed run decodes a fixed number of tokens per prompt (--max_new_tokens, EOS ignored, so
 every configuration does the same work), greedy, one torch thread. Target-only decoding is HF
 `generate` (`benchmarks.bench_engine.timed_generate`), speculative decoding is `osd.spec` (its own
-wall clock). The machine is shared with one other 1-thread job (`/work/tools/cpu_slot`), so the
+wall clock). The machine may be shared with one other 1-thread job, so the
 configurations a run compares are interleaved: for each prompt, target-only decoding and every
 speculative configuration run one after the other, in an order rotated by one per prompt, so that
 load from other jobs falls on all of them alike. c and the verify cost (target pass over

@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="the target's dtype")
     ap.add_argument("--draft_dtype", default="bfloat16", choices=DTYPES, help="the draft's dtype")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--output", default="benchmarks/results/engine.json")
+    ap.add_argument("--output", default="outputs/bench_engine.json")
     return ap.parse_args(argv)
 
 

@@ -3,7 +3,7 @@ distilled online (updates and swaps on), on one shifting stream, at several conc
 
 The stream: --per_domain queries of each of sql, math, code, finance (train split, in that order):
 by default the gamma and online recipe of `osd.demo.online_demo` on 30 queries of 48 tokens per
-domain, its stream when bench_vllm_v3 was recorded (today's main job: --per_domain 45 --max_new_tokens 32).
+domain, its stream when `benchmarks/results/bench_vllm/v3` was recorded (today's main job: --per_domain 45 --max_new_tokens 32).
 Two engines serve it (vLLM target-only, and vLLM with the draft as draft_model speculator); before
 each run the speculator gets the demo draft's weights back, so every OSD run starts from the
 Standard draft (served with its sub-vocabulary head: osd.serving.subvocab). The OSD runs take

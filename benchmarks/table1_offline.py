@@ -74,7 +74,8 @@ class Table1Args:
     )
     eval_path: str | None = field(default=None, metadata={"help": "Default: data/local/{domain}_eval.json."})
     out_dir: str = field(
-        default="benchmarks/results", metadata={"help": "Where the table (.md, .json) goes."}
+        default="outputs/table1",
+        metadata={"help": "Where the table (.md, .json) goes (recorded ones: benchmarks/results/table1/)."},
     )
     work_dir: str = field(
         default="runs/table1_offline",

@@ -1,4 +1,4 @@
-"""`torchrun --nproc_per_node 2 -m osd.train` starts two CPU processes (README: multi-process runs).
+"""`torchrun --nproc_per_node 2 -m osd.train` starts two CPU processes (docs/distillation.md: multi-process runs).
 
 Six records, one per device and step, one epoch: one process takes 6 steps, two processes 3 each.
 (Measured the same way: `accelerate launch --multi_gpu --num_processes 2` also starts two, which
