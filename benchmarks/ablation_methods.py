@@ -7,7 +7,7 @@ of the stream, update cost) as `{results}/parts/methods_training.json`. Training
 share the machine with one other 1-thread job. The drafts stay in --out: `online/` and `offline0_draft/`.
 
     python -m benchmarks.ablation_methods --results benchmarks/results/ablations/v1 -- \
-        --domain finance --queries 32 --update_interval 1 --learning_rate 3e-4 --offline_steps 16 \
+        --domain finance --queries 32 --online_update_interval 1 --learning_rate 3e-4 --offline_steps 16 \
         --sample_fraction 0 --out outputs/ablations/methods
 """
 

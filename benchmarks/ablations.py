@@ -251,7 +251,7 @@ def run_gamma(session: Session) -> dict:
 
 
 def run_context(session: Session) -> dict:
-    """Prompt lengths in --lengths: c, verify cost, live speedup at --gamma, and Eq. 2's drift."""
+    """Prompt lengths in --lengths: c, verify cost, live speedup at --max_propose_num, and Eq. 2's drift."""
     args, rows = session.args, []
     for length in args.lengths:
         prompts = context_prompts(session.tokenizer, args.domains, args.per_domain, length)
@@ -266,7 +266,7 @@ def run_context(session: Session) -> dict:
 
 
 def run_drafts(session: Session) -> dict:
-    """Each NAME=PATH in --drafts on the same prompts at --gamma: params, c, alpha, speedup, Eq. 2."""
+    """Each NAME=PATH in --drafts on the same prompts at --max_propose_num: params, c, alpha, speedup, Eq. 2."""
     args = session.args
     prompts = workload_prompts(session.tokenizer, args.domains, args.per_domain)
     context = mean_context(prompts, args.max_new_tokens)

@@ -7,7 +7,7 @@ domain, its stream when `benchmarks/results/bench_vllm/v3` was recorded (today's
 Two engines serve it (vLLM target-only, and vLLM with the draft as draft_model speculator); before
 each run the speculator gets the demo draft's weights back, so every OSD run starts from the
 Standard draft (served with its sub-vocabulary head: osd.serving.subvocab). The OSD runs take
---steps_per_update AdamW steps every --update_interval queries, the trainer in a worker thread
+--steps_per_update AdamW steps every --online_update_interval queries, the trainer in a worker thread
 (--no-background_update: on the loop's thread). Per run: tokens/s (generated tokens / time to the stream's last output),
 per-query latency p50/p90 (submission to finished output), acceptance over the stream (osd alpha and
 vLLM's rate: osd.serving.acceptance) and per domain, and for OSD the mean swap time (the reload in the

@@ -1,7 +1,7 @@
 """Greedy acceptance rate of drafts against recorded target outputs, per domain (no target loaded).
 
 Record the target once per prompt set (`python -m osd.analysis.record`), then replay any number of
-drafts (`osd.analysis.simulate`, exactly the engine's greedy acceptance at --gamma): alpha per
+drafts (`osd.analysis.simulate`, exactly the engine's greedy acceptance at --max_propose_num): alpha per
 recording and, for recordings whose prompts carry a `dataset` field, per dataset. The reference prompt
 sets are the workload's eval prompts per domain and the held-out prompts written apart from the
 workload's templates (`data/general/heldout_prompts.json`: general chat and the four domains in other
@@ -10,7 +10,7 @@ words).
     python -m osd.analysis.record --target osd/demo/models/target --conversations data/local/sql_eval.json \
         --limit 16 --max_new_tokens 96 --output outputs/recordings/sql_eval      # one per domain, and heldout
     python -m benchmarks.draft_alpha --drafts osd/demo/models/draft --recordings outputs/recordings/*.jsonl \
-        --gamma 4 --out benchmarks/results/draft_alpha/v1.json
+        --max_propose_num 4 --out benchmarks/results/draft_alpha/v1.json
 """
 
 from __future__ import annotations

@@ -168,16 +168,27 @@ def prefix_samples(stream: Sequence[dict], fractions: Sequence[float]) -> dict[s
 
 
 def static_runs(
-    out: Path, stream: list[dict], samples: dict[str, list[dict]], steps: int, learning_rate: float
+    out: Path,
+    stream: list[dict],
+    samples: dict[str, list[dict]],
+    steps: int,
+    learning_rate: float,
+    **serving,
 ) -> dict[str, list[dict]]:
     """Static baselines: for each named sample, a draft distilled offline on it (`run_offline`, `steps`
     steps of 8 records: the same budget for every sample) in {out}/offline{i}_draft, then `stream`
-    served with that draft, never updated ({out}/offline{i}); the per-query entries by name."""
+    served with that draft, never updated ({out}/offline{i}; `serving`: `run_online`'s gamma and
+    max_new_tokens); the per-query entries by name."""
     runs = {}
     for i, (name, records) in enumerate(samples.items()):
         draft = run_offline(out / f"offline{i}_draft", records, max_steps=steps, learning_rate=learning_rate)
         runs[name] = run_online(
-            out / f"offline{i}", stream, student=draft, update_interval=STATIC, learning_rate=learning_rate
+            out / f"offline{i}",
+            stream,
+            student=draft,
+            update_interval=STATIC,
+            learning_rate=learning_rate,
+            **serving,
         )
     return runs
 

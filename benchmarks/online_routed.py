@@ -6,7 +6,7 @@
 The stream mixes the local workload's domains i.i.d. (osd.streams.mix_stream). Three runs serve
 it: one shared draft distilled online, one draft per --route_by value distilled online on its
 own queries (osd.distill.routing), and the untouched draft (Standard). Every draft starts from
-the demo draft; updates every --update_interval queries (per draft for the routed run). Writes
+the demo draft; updates every --online_update_interval queries (per draft for the routed run). Writes
 {out}/alpha.png, results.json and table.md: alpha per domain over the second half of the stream.
 """
 

@@ -1,10 +1,10 @@
 """Fig. 2 analogue: online distillation on a single-domain stream vs Standard SD vs offline-distilled drafts.
 
     python -m benchmarks.online_single                                   # defaults below
-    python -m benchmarks.online_single --domain sql --queries 400 --update_interval 8
+    python -m benchmarks.online_single --domain sql --queries 400 --online_update_interval 8
 
 The stream is the first --queries training queries of --domain. Every run serves it with the
-demo target: the demo draft distilled online (update every --update_interval queries), the demo
+demo target: the demo draft distilled online (update every --online_update_interval queries), the demo
 draft untouched (Standard), and two static drafts distilled offline beforehand (on-policy, forward
 KL, --offline_steps steps, as bash_scripts/demo/offline.sh):
   - "offline-distilled": on the domain's other training queries, disjoint from the stream (the
@@ -37,6 +37,7 @@ from benchmarks.online_common import (
 from osd.distill.flags import add_update_interval_flag
 from osd.paths import DOMAINS
 from osd.plots import alpha_series, plot_alpha
+from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, add_gamma_flag
 
 
 def reach_query(entries: list[dict], target: float, window: int) -> int | None:
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=200)
     add_update_interval_flag(parser, 8)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
+    add_gamma_flag(parser, ALPHA_FIGURES, plain_decoding=NEEDS_PROPOSALS)
+    parser.add_argument("--max_new_tokens", type=int, default=64, help="new tokens per query, at most")
     add_recipe_args(parser)
     parser.add_argument("--window", type=int, default=25, help="moving-average window (queries)")
     parser.add_argument(
@@ -71,14 +74,15 @@ def main(argv: list[str] | None = None) -> dict:
     offline = {"offline-distilled": rest}
     if args.sample_fraction > 0:
         offline |= prefix_samples(stream, [args.sample_fraction])
-    common = {"learning_rate": args.learning_rate}
+    serving = {"gamma": args.gamma, "max_new_tokens": args.max_new_tokens}
+    common = {"learning_rate": args.learning_rate, **serving}
     runs = {
         "online": run_online(
             out / "online", stream, update_interval=args.update_interval, **recipe(args), **common
         ),
         "Standard": run_online(out / "standard", stream, update_interval=STATIC, **common),
     }
-    runs |= static_runs(out, stream, offline, args.offline_steps, args.learning_rate)
+    runs |= static_runs(out, stream, offline, args.offline_steps, args.learning_rate, **serving)
     n = len(stream)
     quarters = [(round(n * q / 4), round(n * (q + 1) / 4)) for q in range(4)]
     rows = [
@@ -101,8 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
         out / "alpha.png",
         window=args.window,
         references={"offline-distilled": offline_alpha},
-        title=f"{args.domain}: online (update every {args.update_interval}, {args.steps_per_update} step(s)) "
-        "vs Standard vs offline",
+        title=f"{args.domain}: online (update every {args.update_interval}, {args.steps_per_update} step(s), "
+        f"gamma {args.gamma}, {args.max_new_tokens} tokens) vs Standard vs offline",
     )
     table = markdown_table(rows, list(rows[0]))
     table += (

@@ -2,7 +2,7 @@
 
     python -m benchmarks.trainer_contention --out benchmarks/results/trainer_contention/v1
 
-`osd.spec` serves --queries eval prompts of --domain with the demo pair (greedy, --gamma, bf16, one
+`osd.spec` serves --queries eval prompts of --domain with the demo pair (greedy, --max_propose_num, bf16, one
 torch thread) three ways, --rounds times in turn: alone; with a thread looping the online update
 (what --online_background_update runs: the forward KL of one buffered query on every served token,
 backward, AdamW step, the draft in float32); with a process looping the same. Serving speed is

@@ -28,6 +28,7 @@ from transformers import AutoTokenizer, HfArgumentParser
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.prompting import encode_prompt
 from osd.spec import draft_vocab
+from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 
 from .prompts import osd_template, template_mismatches
 from .report import format_table, load_lines, summarize
@@ -51,7 +52,13 @@ class StreamArgs:
     out_dir: str = field(default="runs/llamacpp", metadata={"help": "where the JSONL outputs go"})
     limit: int = field(default=20, metadata={"help": "records served per data file"})
     max_new_tokens: int = field(default=128, metadata={"help": "-n: new tokens per query"})
-    gamma: int = field(default=5, metadata={"help": "--spec-draft-n-max: draft tokens per verification step"})
+    gamma: int = field(
+        default=GAMMA_DEFAULT,
+        metadata={
+            "help": "--spec-draft-n-max: draft tokens per verification step",
+            "aliases": ["--max_propose_num"],
+        },
+    )
     threads: int = field(
         default=1,
         metadata={"help": "-t / -tb: CPU threads (1 on a shared 2-core box, where 2 threads spin-wait)"},

@@ -17,7 +17,7 @@ SCALE=${SCALE:-1}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one query at a time: a second thread gains little on 2 cores
 
 # Fig. 2: also trains its two offline baselines (60 on-policy steps each: disjoint sql queries, the stream's first 10%)
-"$PYTHON" -m benchmarks.online_single --domain sql --queries $((48 * SCALE)) --update_interval 8 --out outputs/online_single
+"$PYTHON" -m benchmarks.online_single --domain sql --queries $((48 * SCALE)) --online_update_interval 8 --out outputs/online_single
 # Fig. 3: each static draft distilled once (60 on-policy steps of 8, as Fig. 2's) on the stream's first 30/50/70/100%
 "$PYTHON" -m benchmarks.online_shift --kind abrupt --per_domain $((16 * SCALE)) --window 8 --static_fractions 0.3 0.5 0.7 1.0 --out outputs/online_shift_static
 # Fig. 5: alpha per topic, five topics of the workload drawn i.i.d.

@@ -4,7 +4,7 @@ The target's greedy outputs and top-K log-probabilities over a query stream are 
 (`python -m osd.analysis.record --conversations STREAM --top_k 32`). Each query is then served by
 greedy speculative decoding *simulated* against the recording (`osd.analysis.simulate`: exactly the
 engine's acceptance), the positions where the draft was wrong go to a buffer with the target's top-K
-there, and every --update_interval queries the draft takes --steps_per_update optimizer steps on the
+there, and every --online_update_interval queries the draft takes --steps_per_update optimizer steps on the
 buffer (soft cross-entropy against the stored top-K, `osd.distill.teacher_topk`; a sub-vocabulary head
 renormalises on V'). --replay keeps the last R served queries in the buffer after an update, so an
 update also revisits recent queries. Alpha per query is written as the online trainer logs it.
@@ -14,7 +14,7 @@ trainer reuses the full logits of verification), and the draft serves in float32
 bf16 copy). It is a tool for choosing a recipe fast; the chosen one is then run for real.
 
     python -m osd.analysis.online_replay --recording outputs/recordings/stream --stream outputs/stream.json \
-        --draft osd/demo/models/draft --gamma 4 --learning_rate 3e-4 --update_interval 4 --out outputs/replay.json
+        --draft osd/demo/models/draft --max_propose_num 4 --learning_rate 3e-4 --online_update_interval 4 --out outputs/replay.json
 """
 
 from __future__ import annotations

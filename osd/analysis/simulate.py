@@ -1,7 +1,7 @@
 """Replay speculative decoding of a recorded target with a draft, without loading the target.
 
     python -m osd.analysis.simulate --recording outputs/analysis/tiny_sql \
-        --draft osd/demo/models/tiny/draft --gamma 4 --output outputs/analysis/tiny_sql_draft
+        --draft osd/demo/models/tiny/draft --max_propose_num 4 --output outputs/analysis/tiny_sql_draft
 
 Greedy acceptance is decided exactly as `SpeculativeDecoder.generate` decides it at temperature 0:
 each iteration the draft proposes k = min(gamma, remaining - 1) tokens after the committed prefix

@@ -5,8 +5,8 @@
 
 A stream of queries from the local workload shifts abruptly from one domain to the next
 (--per_domain queries each, in --domains order). Each query is served by speculative decoding
-with the demo draft and the target, SmolLM2-135M-Instruct in bf16 (gamma = --gamma, greedy);
-every --update_interval queries the draft takes --steps_per_update distillation steps on the tokens
+with the demo draft and the target, SmolLM2-135M-Instruct in bf16 (gamma = --max_propose_num, greedy);
+every --online_update_interval queries the draft takes --steps_per_update distillation steps on the tokens
 it served (every token by default, the ones it got wrong with --loss_positions wrong;
 osd.distill.online, the same trainer as `python -m osd.train --mode online`). The default recipe
 (gamma 3; lr 1e-4, four steps per query on every served token, no replay) was chosen by replaying

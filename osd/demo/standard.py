@@ -7,7 +7,7 @@ plus the theoretical speedup of Eq. 2 from alpha and the measured c.
 
 Usage:
     python -m osd.demo.standard --output benchmarks/results/standard_demo_cpu.json
-    python -m osd.demo.standard --prompts_per_domain 40 --gamma 3
+    python -m osd.demo.standard --prompts_per_domain 40 --max_propose_num 3
     python -m osd.demo.standard --draft outputs/demo_distilled_draft --domains math
 """
 
