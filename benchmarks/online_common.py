@@ -1,11 +1,11 @@
 """Shared pieces of the online experiment drivers (benchmarks/online_*.py) on the embedded demo pair
 (SmolLM2-135M-Instruct in bf16; the draft trains in float32 and serves as a bf16 copy).
 
-Every run goes through the real command line (`osd.train --mode online`, or
-`osd.distill.routing` for routed drafts) with --online_eval_interval 1, so each metrics.jsonl
-entry is one query. A "static" run (--online_update_interval larger than the stream) serves the
-same stream without ever updating: Standard speculative decoding with that draft, as the
-reference's baseline scripts did. Static baselines distilled offline beforehand (`static_runs`)
+Every run is what `python -m osd.train --mode online` (or `osd.distill.routing` for routed drafts)
+runs, from typed arguments (`osd.distill.experiment.run`, `osd.distill.routing.run_routed`), with
+--online_eval_interval 1, so each metrics.jsonl entry is one query. A static run
+(--online_update_interval 0, `STATIC`) serves the same stream without ever updating: Standard
+speculative decoding with that draft, as the reference's baseline scripts did. Static baselines distilled offline beforehand (`static_runs`)
 all get the same budget: --offline_steps on-policy steps of 8 records, whatever their data.
 
 Per-group alpha (by dataset / topic / language) is read by joining each query's log entry with its
