@@ -33,6 +33,7 @@ from osd.analysis.recording import PromptRecord, Recording, load_recording, path
 from osd.analysis.simulate import Iteration, check_draft, replay_greedy
 from osd.conversations import load_conversations
 from osd.datafiles import refuse_overwrite
+from osd.distill.flags import add_update_interval_flag
 from osd.distill.lm_training import IGNORE, Example, train_lm
 from osd.distill.teacher_topk import TopK, topk_distillation
 from osd.model_checks import load_pretrained
@@ -47,7 +48,7 @@ class Recipe:
     """How the draft learns online."""
 
     learning_rate: float = 3e-4
-    update_interval: int = 1  # queries between updates
+    update_interval: int = 1  # queries between updates; 0: never (static)
     steps_per_update: int = 1  # optimizer steps at each update
     replay: int = 0  # served queries kept in the buffer after an update
     loss_positions: str = (
@@ -97,7 +98,7 @@ def replay(
         counted = sum(it.counted for it in sim.iterations)
         served.append({"id": rec.id, "alpha_sum": sum(it.alpha_sum for it in sim.iterations), "counted": counted,
                        "wrong": len(wrong)})  # fmt: skip
-        if not learn:
+        if not learn or recipe.update_interval == 0:  # 0: static, the draft as it is
             continue
         positions = wrong if recipe.loss_positions == "wrong" else list(range(len(rec.output_ids)))
         buffer.append(buffered(rec, positions) if positions else None)
@@ -184,7 +185,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--draft", required=True)
     add_gamma_flag(parser, ALPHA_FIGURES, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     for name, value in asdict(Recipe()).items():
-        parser.add_argument(f"--{name}", type=type(value), default=value)
+        if name == "update_interval":  # osd.train's name for it, as in every driver
+            add_update_interval_flag(parser, value)
+        else:
+            parser.add_argument(f"--{name}", type=type(value), default=value)
     parser.add_argument(
         "--offline_steps", type=int, default=0,
         help="also the offline ceiling: per group, the draft distilled for this many steps on the group's "

@@ -36,6 +36,17 @@ def test_without_learning_it_is_simulate(stream):
     assert 0 < sum(s["wrong"] for s in served) < sum(s["counted"] for s in served)
 
 
+def test_update_interval_zero_is_static(stream):
+    """--online_update_interval 0 serves the stream with the draft as it is: what no learning serves."""
+    draft, recording = stream
+    static_draft = copy.deepcopy(draft)
+    before = {k: v.clone() for k, v in static_draft.state_dict().items()}
+    static = replay(recording, static_draft, RANDOM_TOKENIZER, 3, Recipe(update_interval=0))
+    assert static == replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(), learn=False)
+    assert all(torch.equal(v, static_draft.state_dict()[k]) for k, v in before.items())
+    assert static != replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(learning_rate=1e-2))
+
+
 def test_the_draft_changes_only_at_updates_and_learns(stream, monkeypatch):
     draft, recording = stream
     draft = copy.deepcopy(draft)
