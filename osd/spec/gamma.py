@@ -22,6 +22,10 @@ ALPHA_FIGURES = 4  # the online experiments' alpha figures and the replay tools 
 STANDARD_TIMING = 1  # the demo pair's timing drivers (Standard SD, ablations, online cost): best_gamma at
 # the v2 draft's alpha ~0.2, kept so their recorded figures reproduce
 
+# why a use refuses 0 or "auto" (parse_gamma's plain_decoding / auto)
+NEEDS_PROPOSALS = "alpha is measured on proposed tokens; give 1 or more"
+NO_POLICY = "this tool measures a fixed gamma; give an integer"
+
 
 def parse_gamma(
     value: int | str,
@@ -56,10 +60,6 @@ def gamma_arg(flag: str = "--max_propose_num", **refusals: str) -> Callable[[str
             raise argparse.ArgumentTypeError(str(e)) from e
 
     return parse
-
-
-NEEDS_PROPOSALS = "alpha is measured on proposed tokens; give 1 or more"
-NO_POLICY = "this tool measures a fixed gamma; give an integer"
 
 
 def add_gamma_flag(parser: argparse.ArgumentParser, default: Gamma, help: str = "", **refusals: str) -> None:
