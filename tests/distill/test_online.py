@@ -18,6 +18,7 @@ from transformers import LlamaForCausalLM, T5ForConditionalGeneration, TrainerCa
 from osd.distill.losses import forward_kl
 from osd.distill.online import buffer_query, distillation_loss, logits_at
 from osd.spec import SpeculativeDecoder
+from tests.devices import DEVICES
 from tests.tiny_models import tiny_t5_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -332,16 +333,19 @@ def test_bf16_serving_copy_follows_the_float32_student(tmp_path):
     torch.testing.assert_close(final, draft.state_dict()[name].to(torch.bfloat16), rtol=0, atol=0)
 
 
-def test_steps_per_update_takes_that_many_adamw_steps_on_the_buffer(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_steps_per_update_takes_that_many_adamw_steps_on_the_buffer(tmp_path, device):
     """--online_steps_per_update 3: each update is three AdamW steps on its buffer's loss (the last one
     Trainer's), at the lr the step starts with; replayed here with a plain torch AdamW."""
     draft, target = make_pair()
-    reference = copy.deepcopy(draft)
+    reference = copy.deepcopy(draft).to(device)
     stream = write_stream(tmp_path / "stream.json", 4)
-    trainer = make_trainer(tmp_path, stream, draft, target, online_steps_per_update=3, max_grad_norm=0.0)
+    trainer = make_trainer(tmp_path, stream, draft, target, online_steps_per_update=3, max_grad_norm=0.0,
+                           use_cpu=device == "cpu")  # fmt: skip
     buffers, backward = [], trainer._backward
     trainer._backward = lambda d, buffer: buffers.append(buffer) or backward(d, buffer)
     trainer.train()
+    assert draft.device.type == device and trainer.teacher_model.device.type == device
     assert trainer.online.updates == 2 and len(buffers) == 6
     assert buffers[0] is buffers[2] and buffers[3] is buffers[5] and buffers[2] is not buffers[3]
     opt = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.0)
@@ -353,7 +357,8 @@ def test_steps_per_update_takes_that_many_adamw_steps_on_the_buffer(tmp_path):
 
 
 @pytest.mark.parametrize("steps", [1, 3])
-def test_background_update_takes_the_same_steps_one_query_later(tmp_path, steps):
+@pytest.mark.parametrize("device", DEVICES)
+def test_background_update_takes_the_same_steps_one_query_later(tmp_path, steps, device):
     """--online_background_update: each update computes the grads it would without the flag (same weights, same
     buffer) in a worker thread, and the updated draft serves one query later. With the loss on every generated
     token and greedy serving, the buffers do not depend on the draft, so the final weights must agree; with
@@ -363,7 +368,8 @@ def test_background_update_takes_the_same_steps_one_query_later(tmp_path, steps)
     for background in (False, True):
         draft, target = make_pair()
         trainer = make_trainer(tmp_path / f"background_{background}", stream, draft, target, online_loss_positions="all",
-                               online_background_update=background, online_steps_per_update=steps)  # fmt: skip
+                               online_background_update=background, online_steps_per_update=steps,
+                               use_cpu=device == "cpu")  # fmt: skip
         served, threads = [], set()
         serve_, backward_ = trainer._serve, trainer._backward
         trainer._serve = lambda model, ids, served=served, serve_=serve_: (

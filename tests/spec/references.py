@@ -45,10 +45,10 @@ def random_prompts(lengths: tuple[int, ...]) -> list[torch.Tensor]:
 
 def marginal_second_token(model, prompt: torch.Tensor) -> torch.Tensor:
     """Exact P(x2) = sum_x1 p(x1) p(x2 | x1) for a vocabulary of 8, from two forwards: [V]."""
-    firsts = torch.arange(8)[:, None]  # [V, 1]
+    firsts = torch.arange(8, device=prompt.device)[:, None]  # [V, 1]
     with torch.no_grad():
         if model.config.is_encoder_decoder:  # the prompt is the encoder input
-            start = torch.zeros(1, 1, dtype=torch.long)  # decoder_start_token_id 0
+            start = torch.zeros(1, 1, dtype=torch.long, device=prompt.device)  # decoder_start_token_id 0
             p1 = torch.softmax(model(input_ids=prompt, decoder_input_ids=start).logits[0, -1], -1)
             decoder = torch.cat([start.repeat(8, 1), firsts], 1)
             p2 = torch.softmax(

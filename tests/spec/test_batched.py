@@ -6,17 +6,20 @@ import pytest
 import torch
 
 from osd.spec import SpeculativeDecoder
+from tests.devices import DEVICES, on_device
 from tests.spec.references import NOISE, hf_greedy, left_padded, marginal_second_token, random_prompts
 from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 
 
-def test_greedy_rows_equal_the_target_and_the_single_row_engine(pair):
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_rows_equal_the_target_and_the_single_row_engine(pair, device):
     """Prompts of different lengths in one batch: each row's tokens are the target's greedy decoding,
     and its acceptance record (alpha, accepted lengths, wrong positions, target logits) is `generate`'s."""
-    draft, target = pair
-    prompts = random_prompts((3, 9, 6, 1))
+    draft, target = on_device(device, *pair)
+    prompts = [p.to(device) for p in random_prompts((3, 9, 6, 1))]
     decoder = SpeculativeDecoder(draft, target, gamma=4)
-    outs = decoder.generate_batch(*left_padded(prompts), max_new_tokens=30, return_target_logits=True)
+    ids, mask = (t.to(device) for t in left_padded(prompts))
+    outs = decoder.generate_batch(ids, mask, max_new_tokens=30, return_target_logits=True)
     assert len(outs) == len(prompts)
     for prompt, out in zip(prompts, outs, strict=True):
         torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 30), rtol=0, atol=0)

@@ -6,14 +6,16 @@ import pytest
 import torch
 
 from osd.spec import SpeculativeDecoder
+from tests.devices import DEVICES, on_device
 from tests.spec.references import NOISE, hf_greedy, marginal_second_token, random_prompt
 from tests.tiny_models import VOCAB, draft_from_target, tiny_model
 
 
-def test_greedy_output_equals_target_generate(pair):
-    draft, target = pair
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_output_equals_target_generate(pair, device):
+    draft, target = on_device(device, *pair)
     for seed in range(2):
-        prompt = random_prompt(seed=seed)
+        prompt = random_prompt(seed=seed).to(device)
         out = SpeculativeDecoder(draft, target, gamma=4).generate(prompt, max_new_tokens=40)
         torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 40), rtol=0, atol=0)
         # both the accept and the reject path ran, or the equality above proves little
@@ -130,24 +132,25 @@ def test_batch_larger_than_one_is_refused():
         SpeculativeDecoder(target, target).generate(torch.ones(2, 4, dtype=torch.long))
 
 
-def test_sampling_reproduces_the_target_distribution():
+@pytest.mark.parametrize("device", DEVICES)
+def test_sampling_reproduces_the_target_distribution(device):
     """The second generated token's marginal must be the target's, not the draft's.
 
     Exact marginal: P(x2) = sum_x1 p(x1) p(x2 | x1), from one batched target forward. The draft
     differs enough that its own marginal lies far outside the margin, so a broken rule fails.
     """
     target = tiny_model("llama", layers=2, vocab_size=8)
-    draft = draft_from_target(target, 0.6)
-    prompt = torch.tensor([[3, 5, 7]])  # ids < 8
+    draft, target = on_device(device, draft_from_target(target, 0.6), target)
+    prompt = torch.tensor([[3, 5, 7]], device=device)  # ids < 8
 
-    exact, draft_marginal = marginal_second_token(target, prompt), marginal_second_token(draft, prompt)
-    gen = torch.Generator().manual_seed(0)
+    exact, draft_marginal = (marginal_second_token(m, prompt).cpu() for m in (target, draft))
+    gen = torch.Generator().manual_seed(0)  # a CPU generator drives sampling on any device
     decoder = SpeculativeDecoder(draft, target, gamma=2)
     n = 1500
     counts = torch.zeros(8)
     for _ in range(n):
         out = decoder.generate(prompt, max_new_tokens=2, temperature=1.0, generator=gen)
-        counts[out.generated_ids[0, 1]] += 1
+        counts[int(out.generated_ids[0, 1])] += 1
     tv = 0.5 * (counts / n - exact).abs().sum()
     # sampling noise: E[TV] <= 0.5 * sum_v sqrt(p_v / n) <= 0.5 * sqrt(8 / n) = 0.037 for n = 1500
     assert tv < 0.06, tv

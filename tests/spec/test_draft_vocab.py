@@ -18,6 +18,7 @@ from osd.spec.draft_vocab import (
     select_token_ids,
     set_draft_vocab,
 )
+from tests.devices import DEVICES, on_device
 from tests.spec.references import hf_greedy, left_padded, marginal_second_token, random_prompt
 from tests.tiny_models import VOCAB, draft_from_target, tiny_model
 
@@ -25,16 +26,17 @@ HALF = list(range(0, VOCAB, 2))  # every other id: the head covers half the voca
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "t5"])  # tied, tied (GPT-2 style), untied head
-def test_greedy_output_still_equals_the_target(family):
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_output_still_equals_the_target(family, device):
     target = tiny_model(family, layers=3)
-    draft = set_draft_vocab(draft_from_target(target, 0.1), HALF)
+    draft, target = on_device(device, set_draft_vocab(draft_from_target(target, 0.1), HALF), target)
     decoder = SpeculativeDecoder(draft, target, gamma=4)
-    prompts = [random_prompt(seed=s) for s in range(2)]
+    prompts = [random_prompt(seed=s).to(device) for s in range(2)]
     for prompt in prompts:
         out = decoder.generate(prompt, max_new_tokens=30)
         torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 30), rtol=0, atol=0)
         assert 0.0 < out.alpha < 1.0, out.alpha  # both paths ran
-    ids, mask = left_padded([prompts[0], prompts[1][:, :4]])
+    ids, mask = (t.to(device) for t in left_padded([prompts[0], prompts[1][:, :4]]))
     for row, out in zip(
         [prompts[0], prompts[1][:, :4]], decoder.generate_batch(ids, mask, max_new_tokens=20), strict=True
     ):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from osd.spec import SpeculativeDecoder
+from tests.devices import DEVICES
 from tests.spec.references import BF16_EPS, NOISE, first_divergence, hf_greedy, random_prompt
 from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 
@@ -24,7 +25,7 @@ from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 def _teacher_forced_logits(model, prompt: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """The model's logits [N, V] (float32) that predict each of `ids` [N] after the prompt [1, T], in one pass."""
     if model.config.is_encoder_decoder:
-        start = torch.tensor([model.config.decoder_start_token_id])
+        start = torch.tensor([model.config.decoder_start_token_id], device=ids.device)
         decoder_ids = torch.cat([start, ids[:-1]])[None]
         return model(input_ids=prompt, decoder_input_ids=decoder_ids).logits[0].float()
     return model(torch.cat([prompt[0], ids])[None]).logits[0, prompt.shape[1] - 1 : -1].float()
@@ -32,14 +33,15 @@ def _teacher_forced_logits(model, prompt: torch.Tensor, ids: torch.Tensor) -> to
 
 @pytest.mark.parametrize("draft_dtype", [torch.float32, torch.bfloat16], ids=["fp32_draft", "bf16_draft"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_bf16_target_equals_its_own_generate(family, draft_dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_bf16_target_equals_its_own_generate(family, draft_dtype, device):
     target = tiny_model(family, layers=3)
-    draft = draft_from_target(target, NOISE[family]).to(draft_dtype)
-    target = target.to(torch.bfloat16)
+    draft = draft_from_target(target, NOISE[family]).to(device, draft_dtype)
+    target = target.to(device, torch.bfloat16)
     decoder = SpeculativeDecoder(draft, target, gamma=4)
     identical = 0
     for seed in range(4):
-        prompt = random_prompt(seed=seed)
+        prompt = random_prompt(seed=seed).to(device)
         out = decoder.generate(prompt, max_new_tokens=40, return_target_logits=True)
         assert out.target_logits.dtype == torch.bfloat16
         ours, reference = out.generated_ids[0].tolist(), hf_greedy(target, prompt, 40)[0].tolist()
