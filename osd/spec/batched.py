@@ -209,7 +209,7 @@ def decode_batch(
         )
         active = [i for i, done in zip(active, finished, strict=True) if not done]
     wall = time.perf_counter() - start
-    return [row.to_output(eos, times, wall) for row in rows]  # timings: the whole batch's
+    return [row.to_output(eos, times, wall, input_ids.device) for row in rows]  # timings: the whole batch's
 
 
 def _step(

@@ -127,7 +127,7 @@ class SpeculativeDecoder:
             emitted = self._step(record, draft, target, times, remaining, eos, temperature, top_p, generator)
             if eos.intersection(emitted):
                 break
-        return record.to_output(eos, times, time.perf_counter() - start)
+        return record.to_output(eos, times, time.perf_counter() - start, input_ids.device)
 
     @torch.inference_mode()
     def generate_batch(

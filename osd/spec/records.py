@@ -12,7 +12,7 @@ import torch
 class SpecOutput:
     """What one `SpeculativeDecoder.generate` call returns (N generated tokens)."""
 
-    generated_ids: torch.Tensor  # [1, N] new tokens only
+    generated_ids: torch.Tensor  # [1, N] new tokens only, on the prompt's device (as HF generate)
     alpha_sum: float  # sum of exact acceptance rates over counted proposed positions
     num_proposed: int  # counted proposed positions (see `_step`)
     accepted_lengths: list[int]  # draft tokens accepted at each verification step
@@ -96,13 +96,13 @@ class SequenceRecord:
         self.tokens.extend(emitted)
         return emitted
 
-    def to_output(self, eos: set[int], times: StepTimes, wall_time: float) -> SpecOutput:
+    def to_output(self, eos: set[int], times: StepTimes, wall_time: float, device: torch.device) -> SpecOutput:
         generated = self.tokens[self.prompt_len :]
         # a step may commit tokens past an EOS that an accepted draft token already emitted
         cut = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
         logits = torch.cat(self.target_rows)[:cut] if self.keep_logits and self.target_rows else None
         return SpecOutput(
-            generated_ids=torch.tensor([generated[:cut]], dtype=torch.long),
+            generated_ids=torch.tensor([generated[:cut]], dtype=torch.long, device=device),
             alpha_sum=self.alpha_sum,
             num_proposed=self.num_proposed,
             accepted_lengths=self.accepted_lengths,
