@@ -96,7 +96,9 @@ class SequenceRecord:
         self.tokens.extend(emitted)
         return emitted
 
-    def to_output(self, eos: set[int], times: StepTimes, wall_time: float, device: torch.device) -> SpecOutput:
+    def to_output(
+        self, eos: set[int], times: StepTimes, wall_time: float, device: torch.device
+    ) -> SpecOutput:
         generated = self.tokens[self.prompt_len :]
         # a step may commit tokens past an EOS that an accepted draft token already emitted
         cut = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
