@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from osd.analysis.recording import PromptRecord, load_recording
-from osd.models import load_model
+from osd.analysis.recording import PromptRecord, load_recording, tokenizer_identity
+from osd.analysis.simulate import check_draft
+from osd.models import load_model, load_tokenizer
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 
@@ -85,7 +86,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     draft = apply_draft_vocab(load_model(args.draft, torch.float32)).eval()
-    table = copy_counts(draft, load_recording(args.recording).prompts)
+    recording = load_recording(args.recording)
+    check_draft(recording, draft, tokenizer_identity(load_tokenizer(args.draft)), args.recording)
+    table = copy_counts(draft, recording.prompts)
     result = {
         "command": "python -m osd.analysis.copying " + " ".join(sys.argv[1:] if argv is None else argv),
         "groups": table,

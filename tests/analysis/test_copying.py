@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from osd.analysis.copying import copy_counts, draft_predictions, followers
-from osd.analysis.record import record_prompts
+from osd.analysis.copying import copy_counts, draft_predictions, followers, main
+from osd.analysis.record import record_conversations, record_prompts
+from osd.analysis.recording import RecordingError
+from osd.paths import DRAFT_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from tests.tiny_models import EOS, RANDOM_TOKENIZER, draft_from_target, tiny_model
 
 
@@ -59,3 +61,18 @@ def test_counts_per_group_equal_a_direct_count(recording_and_draft):
         assert row["tokens"] == n and row["copyable_share"] == pytest.approx(copyable / n)
         assert row["match"] == pytest.approx(matched / n)
     assert 0 < sum(row["copyable_share"] for row in table.values())  # some tokens were copyable: a real test
+
+
+def test_the_cli_counts_a_draft_of_the_recordings_tokenizer_and_refuses_another(tmp_path):
+    stem = tmp_path / "rec"
+    record_conversations(TINY_TEACHER_PATH, workload_path("sql", "eval"), limit=2, max_new_tokens=8).save(
+        stem
+    )
+    result = main(
+        ["--recording", str(stem), "--draft", str(TINY_DRAFT_PATH), "--out", str(tmp_path / "c.json")]
+    )
+    assert result["groups"]["sql"]["tokens"] > 0
+    with pytest.raises(
+        RecordingError, match="tokenizer"
+    ):  # SmolLM2's draft against the tiny pair's recording
+        main(["--recording", str(stem), "--draft", str(DRAFT_PATH), "--out", str(tmp_path / "other.json")])
