@@ -139,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--temperature", type=float, default=1.0, help="softmax temperature of the top-k alpha"
     )
     parser.add_argument("--dtype", default="auto", help="auto (the folder's), float32, bfloat16, ...")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error(f"argument --limit: {args.limit}; expected at least 1 record (leave it out for all)")
@@ -146,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         dict(zip(("--output", "--output (tensors)"), paths(args.output), strict=True)),
         {"--conversations": args.conversations, "--target": args.target},
     )
+    if args.threads:
+        torch.set_num_threads(args.threads)
     recording = record_conversations(
         args.target, args.conversations, args.limit, args.dtype,
         max_new_tokens=args.max_new_tokens, top_k=args.top_k, temperature=args.temperature,

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from osd.analysis.record import main as record_main
 from osd.analysis.record import record_conversations, record_prompts
 from osd.analysis.recording import RecordingError, load_recording, tokenizer_identity
 from osd.analysis.simulate import simulate
@@ -108,3 +109,23 @@ def test_simulating_past_the_recorded_budget_is_refused(random_pair):
     )
     with pytest.raises(RecordingError, match="lower --max_new_tokens to 8"):
         simulate(recording, draft, RANDOM_TOKENIZER, max_new_tokens=20)
+
+
+def test_record_command_writes_what_record_conversations_returns_on_the_threads_asked(tmp_path):
+    """`python -m osd.analysis.record --threads N` runs torch on N threads and saves the recording."""
+    before = torch.get_num_threads()
+    threads = 1 if before != 1 else 2
+    stem = tmp_path / "rec"
+    try:
+        record_main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(workload_path("sql", "eval")),
+                     "--limit", "2", "--max_new_tokens", "6", "--top_k", "4", "--output", str(stem),
+                     "--threads", str(threads)])  # fmt: skip
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    saved = load_recording(stem)
+    direct = record_conversations(
+        TINY_TEACHER_PATH, workload_path("sql", "eval"), limit=2, max_new_tokens=6, top_k=4
+    )
+    assert [p.output_ids for p in saved.prompts] == [p.output_ids for p in direct.prompts]
+    assert saved.header["top_k"] == 4 and len(saved.prompts) == 2
