@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from osd.analysis.recording import FORMAT, PromptRecord, Recording, paths, tokenizer_identity
@@ -62,7 +63,7 @@ def record_prompts(
         raise ValueError(f"need --top_k >= 0 and --temperature > 0, got {top_k}, {temperature}")
     limit = context_limit(target.config)
     records = []
-    for pid, prompt in prompts:
+    for pid, prompt in tqdm(prompts, desc="recording the target", unit="prompt"):
         budget = max_new_tokens if limit is None else min(max_new_tokens, limit - len(prompt))
         if budget < 1:
             raise ValueError(
