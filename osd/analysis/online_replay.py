@@ -136,14 +136,19 @@ def offline_ceiling(
 ) -> dict[str, float]:
     """Per group, the alpha offline distillation reaches on the queries `summarize` reports (the group's
     last third of the stream), never trained on: a copy of `draft` distilled on the group's earlier
-    queries and, from `more` (a recording and its groups), more of the group's training queries, at
-    every output position against the target's top-K (`steps` AdamW steps, warmup then cosine)."""
+    queries and, from `more` (a recording and its groups), more of the group's training queries (those
+    whose ids are not in the stream: `more` may be a larger recording of the same file), at every output position against the target's top-K (`steps` AdamW steps, warmup then cosine)."""
     more_records, more_groups = more if more is not None else (Recording(recording.header, []), [])
+    in_stream = {r.id for r in recording.prompts}  # `more` may overlap the stream: its tail must stay unseen
     out = {}
     for group in dict.fromkeys(groups):
         records = [r for r, g in zip(recording.prompts, groups, strict=True) if g == group]
         held_out = tail_length(len(records))
-        extra = [r for r, g in zip(more_records.prompts, more_groups, strict=True) if g == group]
+        extra = [
+            r
+            for r, g in zip(more_records.prompts, more_groups, strict=True)
+            if g == group and r.id not in in_stream
+        ]
         pairs = [buffered(r, list(range(len(r.output_ids)))) for r in records[:-held_out] + extra]
         student = copy.deepcopy(draft)
         examples = [e for e, _ in pairs]
@@ -196,7 +201,8 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument(
         "--offline_more", nargs=2, metavar=("RECORDING", "CONVERSATIONS"),
-        help="more training queries for the offline ceiling: a recording with --top_k and its conversation file",
+        help="more training queries for the offline ceiling: a recording with --top_k and its conversation file "
+        "(records whose ids are in the stream are left out)",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)

@@ -4,12 +4,14 @@ and the buffer holds the wrong positions with the target's top-K there."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 
 from osd.analysis.online_replay import Recipe, buffered, offline_ceiling, replay, summarize
 from osd.analysis.record import record_prompts
+from osd.analysis.recording import PromptRecord, Recording
 from osd.analysis.simulate import simulate
 from osd.distill.lm_training import IGNORE
 from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
@@ -90,6 +92,11 @@ def test_summary_is_the_tail_of_each_group():
     assert out == {"a": 1.0, "b": 0.0, "all": 2.0 / 6}
 
 
+def other_queries(prompts: list[PromptRecord]) -> list[PromptRecord]:
+    """The same queries under ids the stream does not use."""
+    return [dataclasses.replace(p, id=f"other_{p.id}") for p in prompts]
+
+
 def test_offline_ceiling_never_trains_on_the_tail_it_reports(stream, monkeypatch):
     import osd.analysis.online_replay as module
 
@@ -103,18 +110,23 @@ def test_offline_ceiling_never_trains_on_the_tail_it_reports(stream, monkeypatch
         lambda m, examples, *a, **k: trained.append(examples) or real(m, examples, *a, **k),
     )
     before = copy.deepcopy(draft.state_dict())
-    offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=2, more=(recording, ["a"] * 6))
+    # --offline_more: a larger recording of the same file (ids 2..5 are the stream's) and 2 other queries
+    more = Recording(recording.header, recording.prompts[2:] + other_queries(recording.prompts[:2]))
+    offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=2, more=(more, ["a"] * 6))
     assert all(torch.equal(v, draft.state_dict()[k]) for k, v in before.items())  # the draft is not touched
     prompts = [r.prompt_ids + r.output_ids for r in recording.prompts]
     a_only, b_only = ([ids for ids, _ in examples] for examples in trained)
-    assert a_only == prompts[:2] + prompts  # a's first two, then all of --offline_more's (all labelled "a")
+    assert (
+        a_only == prompts[:2] + prompts[:2]
+    )  # a's first two, then --offline_more's queries not in the stream
     assert b_only == prompts[3:5]  # b's tail (the last query) is held out
 
 
 def test_offline_ceiling_learns_what_it_is_given(stream):
     draft, recording = stream
     groups = ["a"] * 3 + ["b"] * 3
-    ceiling = offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=30, more=(recording, groups),
+    more = Recording(recording.header, other_queries(recording.prompts))  # the tails' twins, under other ids
+    ceiling = offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=30, more=(more, groups),
                               batch_size=3, learning_rate=1e-2)  # fmt: skip
     standard = summarize(replay(recording, draft, RANDOM_TOKENIZER, 3, Recipe(), learn=False), groups)
     assert set(ceiling) == {"a", "b"}
