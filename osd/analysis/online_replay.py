@@ -137,7 +137,8 @@ def offline_ceiling(
     """Per group, the alpha offline distillation reaches on the queries `summarize` reports (the group's
     last third of the stream), never trained on: a copy of `draft` distilled on the group's earlier
     queries and, from `more` (a recording and its groups), more of the group's training queries (those
-    whose ids are not in the stream: `more` may be a larger recording of the same file), at every output position against the target's top-K (`steps` AdamW steps, warmup then cosine)."""
+    whose ids are not in the stream: `more` may be a larger recording of the same file), at every
+    output position against the target's top-K (`steps` AdamW steps, warmup then cosine)."""
     more_records, more_groups = more if more is not None else (Recording(recording.header, []), [])
     in_stream = {r.id for r in recording.prompts}  # `more` may overlap the stream: its tail must stay unseen
     out = {}
