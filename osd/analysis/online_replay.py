@@ -10,8 +10,10 @@ renormalises on V'). --replay keeps the last R served queries in the buffer afte
 update also revisits recent queries. Alpha per query is written as the online trainer logs it.
 
 What differs from `python -m osd.train --mode online`: the target's distribution is its top-K (the
-trainer reuses the full logits of verification), and the draft serves in float32 (the demo serves a
-bf16 copy). It is a tool for choosing a recipe fast; the chosen one is then run for real.
+trainer reuses the full logits of verification). The draft trains in float32 and serves in
+--draft_dtype (a copy, refreshed after each update, as in the demo); the offline ceiling serves in it
+too, so its alpha compares with the online draft's. It is a tool for choosing a recipe fast; the
+chosen one is then run for real.
 
     python -m osd.analysis.online_replay --recording outputs/recordings/stream --stream outputs/stream.json \
         --draft osd/demo/models/draft --max_propose_num 4 --learning_rate 3e-4 --online_update_interval 4 --out outputs/replay.json
@@ -33,6 +35,7 @@ from osd.analysis.recording import PromptRecord, Recording, load_recording, path
 from osd.analysis.simulate import Iteration, check_draft, replay_greedy
 from osd.conversations import load_conversations
 from osd.datafiles import refuse_overwrite
+from osd.distill.config import DTYPES
 from osd.distill.flags import add_update_interval_flag
 from osd.distill.lm_training import IGNORE, Example, train_lm
 from osd.distill.teacher_topk import TopK, topk_distillation
@@ -81,9 +84,10 @@ def replay(
     gamma: int,
     recipe: Recipe,
     learn: bool = True,
+    serve_dtype: torch.dtype = torch.float32,
 ) -> list[dict]:
-    """Serve the recorded stream in order with `draft`, updating it per `recipe` (unless not `learn`).
-    Returns per query: alpha_sum, counted positions, wrong positions."""
+    """Serve the recorded stream in order with `draft` (a copy in `serve_dtype`), updating it per
+    `recipe` (unless not `learn`). Returns per query: alpha_sum, counted positions, wrong positions."""
     if recording.header.get("top_k") is None:
         raise ValueError("online replay needs a recording with top-K (osd.analysis.record --top_k 32)")
     vocab = check_draft(recording, draft, draft_tokenizer, "--recording")
@@ -91,9 +95,9 @@ def replay(
     opt = torch.optim.AdamW(draft.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
     buffer: list[tuple[Example, TopK]] = []
     served: list[dict] = []
+    serving = serving_copy(draft, serve_dtype)
     for n, rec in enumerate(recording.prompts, start=1):
-        draft.eval()
-        sim = replay_greedy(draft, rec, gamma, len(rec.output_ids), eos, vocab)
+        sim = replay_greedy(serving, rec, gamma, len(rec.output_ids), eos, vocab)
         wrong = wrong_positions(sim.iterations)
         counted = sum(it.counted for it in sim.iterations)
         served.append({"id": rec.id, "alpha_sum": sum(it.alpha_sum for it in sim.iterations), "counted": counted,
@@ -105,7 +109,14 @@ def replay(
         if n % recipe.update_interval == 0:
             _update(draft, opt, [b for b in buffer if b is not None], recipe.steps_per_update)
             buffer = buffer[len(buffer) - recipe.replay :] if recipe.replay else []
+            serving = serving_copy(draft, serve_dtype)
     return served
+
+
+def serving_copy(draft: PreTrainedModel, dtype: torch.dtype) -> PreTrainedModel:
+    """The model that serves: `draft` itself in eval mode when it already has `dtype`, else a copy in it."""
+    draft.eval()
+    return draft if draft.dtype == dtype else copy.deepcopy(draft).to(dtype)
 
 
 def _update(draft: PreTrainedModel, opt: torch.optim.Optimizer, buffer: list, steps: int) -> None:
@@ -133,12 +144,14 @@ def offline_ceiling(
     batch_size: int = 8,
     learning_rate: float = 1e-3,
     seed: int = 0,
+    serve_dtype: torch.dtype = torch.float32,
 ) -> dict[str, float]:
     """Per group, the alpha offline distillation reaches on the queries `summarize` reports (the group's
     last third of the stream), never trained on: a copy of `draft` distilled on the group's earlier
     queries and, from `more` (a recording and its groups), more of the group's training queries (those
     whose ids are not in the stream: `more` may be a larger recording of the same file), at every
-    output position against the target's top-K (`steps` AdamW steps, warmup then cosine)."""
+    output position against the target's top-K (`steps` AdamW steps, warmup then cosine), served in
+    `serve_dtype`."""
     more_records, more_groups = more if more is not None else (Recording(recording.header, []), [])
     in_stream = {r.id for r in recording.prompts}  # `more` may overlap the stream: its tail must stay unseen
     out = {}
@@ -157,7 +170,7 @@ def offline_ceiling(
         train_lm(student, examples, steps, batch_size, learning_rate, max(1, steps // 10), seed, f"ceiling-{group}",
                  batch_loss=loss)  # fmt: skip
         tail = Recording(recording.header, records[-held_out:])
-        served = replay(tail, student, draft_tokenizer, gamma, Recipe(), learn=False)
+        served = replay(tail, student, draft_tokenizer, gamma, Recipe(), learn=False, serve_dtype=serve_dtype)
         out[group] = summarize(served, [group] * len(served), tail_fraction=1.0)[group]
     return out
 
@@ -205,6 +218,10 @@ def main(argv: list[str] | None = None) -> dict:
         help="more training queries for the offline ceiling: a recording with --top_k and its conversation file "
         "(records whose ids are in the stream are left out)",
     )  # fmt: skip
+    parser.add_argument(
+        "--draft_dtype", default="float32", choices=DTYPES[1:],
+        help="the dtype the draft serves in, online and offline (it trains in float32); the demo serves bfloat16",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON file: per-query alpha, the summary and the command")
@@ -220,8 +237,11 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = tokenizer_identity(load_pretrained(AutoTokenizer, args.draft))
     draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=torch.float32))
     standard_draft = copy.deepcopy(draft)  # untouched: serves the Standard run and starts the offline ceiling
-    standard = replay(recording, standard_draft, tokenizer, args.gamma, recipe, learn=False)
-    online = replay(recording, draft, tokenizer, args.gamma, recipe)
+    serve_dtype = getattr(torch, args.draft_dtype)
+    standard = replay(
+        recording, standard_draft, tokenizer, args.gamma, recipe, learn=False, serve_dtype=serve_dtype
+    )
+    online = replay(recording, draft, tokenizer, args.gamma, recipe, serve_dtype=serve_dtype)
     result = {
         "recipe": asdict(recipe),
         "standard": summarize(standard, groups),
@@ -234,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
             more_groups = [r.get("dataset", "all") for r in load_conversations(args.offline_more[1])]
             more = more_recording, more_groups[: len(more_recording.prompts)]
         result["offline"] = offline_ceiling(recording, standard_draft, tokenizer, args.gamma, groups,
-                                            args.offline_steps, more, seed=args.seed)  # fmt: skip
+                                            args.offline_steps, more, seed=args.seed, serve_dtype=serve_dtype)  # fmt: skip
     for name in ("standard", "online", "offline"):
         if name not in result:
             continue

@@ -131,3 +131,39 @@ def test_offline_ceiling_learns_what_it_is_given(stream):
     standard = summarize(replay(recording, draft, RANDOM_TOKENIZER, 3, Recipe(), learn=False), groups)
     assert set(ceiling) == {"a", "b"}
     assert all(ceiling[g] > standard[g] for g in ("a", "b")), (ceiling, standard)
+
+
+def test_a_bf16_copy_serves_refreshed_after_each_update_while_the_draft_trains_in_float32(
+    stream, monkeypatch
+):
+    import osd.analysis.online_replay as module
+
+    draft, recording = stream
+    draft = copy.deepcopy(draft)
+    served_heads = []
+    real = module.replay_greedy
+
+    def spy(model, *args, **kwargs):
+        served_heads.append(model.lm_head.weight.detach().clone())
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(module, "replay_greedy", spy)
+    bf16 = torch.bfloat16
+    replay(
+        recording, draft, RANDOM_TOKENIZER, 3, Recipe(learning_rate=1e-2, update_interval=4), serve_dtype=bf16
+    )
+    assert draft.dtype == torch.float32
+    assert all(h.dtype == bf16 for h in served_heads)
+    assert torch.equal(served_heads[0], served_heads[3]) and torch.equal(served_heads[4], served_heads[5])
+    assert torch.equal(served_heads[4], draft.lm_head.weight.detach().to(bf16))  # the update after query 4
+    assert not torch.equal(served_heads[3], served_heads[4])
+
+
+def test_static_bf16_serving_is_simulate_with_a_bf16_draft(stream):
+    draft, recording = stream
+    served = replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(), learn=False,
+                    serve_dtype=torch.bfloat16)  # fmt: skip
+    simulated = simulate(recording, copy.deepcopy(draft).to(torch.bfloat16), RANDOM_TOKENIZER, gamma=3)
+    assert [s["alpha_sum"] for s in served] == [
+        sum(it.alpha_sum for it in sim.iterations) for sim in simulated
+    ]
