@@ -49,19 +49,24 @@ def test_update_interval_zero_is_static(stream):
     assert static != replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(learning_rate=1e-2))
 
 
-def test_the_draft_changes_only_at_updates_and_learns(stream, monkeypatch):
-    draft, recording = stream
-    draft = copy.deepcopy(draft)
-    snapshots = []
+def served_heads(monkeypatch) -> list[torch.Tensor]:
+    """Fills, as the replay serves, with the LM head of the model serving each query."""
     import osd.analysis.online_replay as module
 
-    real = module.replay_greedy
+    heads, real = [], module.replay_greedy
 
     def spy(model, *args, **kwargs):
-        snapshots.append(model.lm_head.weight.detach().clone())
+        heads.append(model.lm_head.weight.detach().clone())
         return real(model, *args, **kwargs)
 
     monkeypatch.setattr(module, "replay_greedy", spy)
+    return heads
+
+
+def test_the_draft_changes_only_at_updates_and_learns(stream, monkeypatch):
+    draft, recording = stream
+    draft = copy.deepcopy(draft)
+    snapshots = served_heads(monkeypatch)
     replay(
         recording,
         draft,
@@ -136,27 +141,18 @@ def test_offline_ceiling_learns_what_it_is_given(stream):
 def test_a_bf16_copy_serves_refreshed_after_each_update_while_the_draft_trains_in_float32(
     stream, monkeypatch
 ):
-    import osd.analysis.online_replay as module
-
     draft, recording = stream
     draft = copy.deepcopy(draft)
-    served_heads = []
-    real = module.replay_greedy
-
-    def spy(model, *args, **kwargs):
-        served_heads.append(model.lm_head.weight.detach().clone())
-        return real(model, *args, **kwargs)
-
-    monkeypatch.setattr(module, "replay_greedy", spy)
+    heads = served_heads(monkeypatch)
     bf16 = torch.bfloat16
     replay(
         recording, draft, RANDOM_TOKENIZER, 3, Recipe(learning_rate=1e-2, update_interval=4), serve_dtype=bf16
     )
     assert draft.dtype == torch.float32
-    assert all(h.dtype == bf16 for h in served_heads)
-    assert torch.equal(served_heads[0], served_heads[3]) and torch.equal(served_heads[4], served_heads[5])
-    assert torch.equal(served_heads[4], draft.lm_head.weight.detach().to(bf16))  # the update after query 4
-    assert not torch.equal(served_heads[3], served_heads[4])
+    assert all(h.dtype == bf16 for h in heads)
+    assert torch.equal(heads[0], heads[3]) and torch.equal(heads[4], heads[5])
+    assert torch.equal(heads[4], draft.lm_head.weight.detach().to(bf16))  # the update after query 4
+    assert not torch.equal(heads[3], heads[4])
 
 
 def test_static_bf16_serving_is_simulate_with_a_bf16_draft(stream):
