@@ -40,6 +40,7 @@ from osd.distill.flags import add_update_interval_flag
 from osd.distill.lm_training import IGNORE, Example, train_lm
 from osd.distill.teacher_topk import TopK, topk_distillation
 from osd.model_checks import load_pretrained
+from osd.models import resolve_dtype
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = tokenizer_identity(load_pretrained(AutoTokenizer, args.draft))
     draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=torch.float32))
     standard_draft = copy.deepcopy(draft)  # untouched: serves the Standard run and starts the offline ceiling
-    serve_dtype = getattr(torch, args.draft_dtype)
+    serve_dtype = resolve_dtype(args.draft_dtype)
     standard = replay(
         recording, standard_draft, tokenizer, args.gamma, recipe, learn=False, serve_dtype=serve_dtype
     )
