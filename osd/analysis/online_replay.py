@@ -226,10 +226,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON file: per-query alpha, the summary and the command")
+    parser.add_argument(
+        "--save_draft", default=None,
+        help="folder: the online draft after the whole stream, in --draft_dtype with its tokenizer "
+        "(for benchmarks.draft_alpha or bench_engine)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    if args.out:
+    outputs = {flag: path for flag, path in (("--out", args.out), ("--save_draft", args.save_draft)) if path}
+    if outputs:
         inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
-        refuse_overwrite({"--out": args.out}, inputs | {"--stream": args.stream, "--draft": args.draft})
+        refuse_overwrite(outputs, inputs | {"--stream": args.stream, "--draft": args.draft})
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     recipe = Recipe(**{k: getattr(args, k) for k in asdict(Recipe())})
@@ -243,6 +249,9 @@ def main(argv: list[str] | None = None) -> dict:
         recording, standard_draft, tokenizer, args.gamma, recipe, learn=False, serve_dtype=serve_dtype
     )
     online = replay(recording, draft, tokenizer, args.gamma, recipe, serve_dtype=serve_dtype)
+    if args.save_draft:
+        serving_copy(draft, serve_dtype).save_pretrained(args.save_draft)
+        load_pretrained(AutoTokenizer, args.draft).save_pretrained(args.save_draft)
     result = {
         "recipe": asdict(recipe),
         "standard": summarize(standard, groups),

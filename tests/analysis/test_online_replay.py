@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 
 import pytest
 import torch
 
 from osd.analysis.online_replay import Recipe, buffered, offline_ceiling, replay, summarize
 from osd.analysis.record import record_prompts
-from osd.analysis.recording import PromptRecord, Recording
+from osd.analysis.recording import PromptRecord, Recording, tokenizer_identity
 from osd.analysis.simulate import simulate
 from osd.distill.lm_training import IGNORE
+from osd.spec.draft_vocab import apply_draft_vocab
 from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
 
 
@@ -163,3 +165,39 @@ def test_static_bf16_serving_is_simulate_with_a_bf16_draft(stream):
     assert [s["alpha_sum"] for s in served] == [
         sum(it.alpha_sum for it in sim.iterations) for sim in simulated
     ]
+
+
+def test_saved_draft_is_the_online_draft_after_the_stream(tmp_path):
+    """--save_draft writes the draft the online replay ended with (in --draft_dtype, with its tokenizer), the
+    one a direct replay of the same stream and recipe ends with; it refuses to write over --draft."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from osd.analysis import online_replay, record
+    from osd.analysis.recording import load_recording
+    from osd.datafiles import DataFileError
+    from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
+
+    stream = tmp_path / "stream.json"
+    stream.write_text(json.dumps(json.loads((WORKLOAD_DIR / "sql_eval.json").read_text())[:4]))
+    record.main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(stream), "--max_new_tokens", "8",
+                 "--top_k", "8", "--output", str(tmp_path / "rec")])  # fmt: skip
+    flags = ["--recording", str(tmp_path / "rec"), "--stream", str(stream), "--draft", str(TINY_DRAFT_PATH),
+             "--gamma", "3", "--learning_rate", "1e-2", "--draft_dtype", "bfloat16"]  # fmt: skip
+    online_replay.main(flags + ["--save_draft", str(tmp_path / "online")])
+
+    start = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH, dtype=torch.float32)
+    expected = apply_draft_vocab(copy.deepcopy(start))
+    torch.manual_seed(0)  # main's --seed
+    tokenizer = tokenizer_identity(AutoTokenizer.from_pretrained(TINY_DRAFT_PATH))
+    replay(load_recording(tmp_path / "rec"), expected, tokenizer, 3, Recipe(learning_rate=1e-2))
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "online")
+    assert saved.dtype == torch.bfloat16
+    assert any(not torch.equal(v, start.state_dict()[k]) for k, v in expected.state_dict().items())
+    for name, value in expected.state_dict().items():
+        assert torch.equal(saved.state_dict()[name], value.to(torch.bfloat16)), name
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path / "online").get_vocab()
+        == AutoTokenizer.from_pretrained(TINY_DRAFT_PATH).get_vocab()
+    )
+    with pytest.raises(DataFileError, match="--save_draft"):
+        online_replay.main(flags + ["--save_draft", str(TINY_DRAFT_PATH)])
