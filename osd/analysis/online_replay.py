@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--draft_dtype", default="float32", choices=DTYPES[1:],
         help="the dtype the draft serves in, online and offline (it trains in float32); the demo serves bfloat16",
     )  # fmt: skip
+    parser.add_argument(
+        "--limit", type=int, default=None, help="the first N queries of the recording only (a shorter stream)"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON file: per-query alpha, the summary and the command")
@@ -232,6 +235,8 @@ def main(argv: list[str] | None = None) -> dict:
         "(for benchmarks.draft_alpha or bench_engine)",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be at least 1, got {args.limit}")
     outputs = {flag: path for flag, path in (("--out", args.out), ("--save_draft", args.save_draft)) if path}
     if outputs:
         inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
@@ -240,6 +245,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)
     recipe = Recipe(**{k: getattr(args, k) for k in asdict(Recipe())})
     recording = load_recording(args.recording)
+    recording.prompts = recording.prompts[: args.limit]
     groups = [r.get("dataset", "all") for r in load_conversations(args.stream)][: len(recording.prompts)]
     tokenizer = tokenizer_identity(load_pretrained(AutoTokenizer, args.draft))
     draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=torch.float32))

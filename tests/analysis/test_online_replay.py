@@ -167,21 +167,32 @@ def test_static_bf16_serving_is_simulate_with_a_bf16_draft(stream):
     ]
 
 
-def test_saved_draft_is_the_online_draft_after_the_stream(tmp_path):
+@pytest.fixture(scope="module")
+def recorded_file(tmp_path_factory):
+    """(recording stem, conversation file): the tiny demo teacher on four sql eval prompts, 8 tokens, top-8."""
+    from osd.analysis import record
+    from osd.paths import TINY_TEACHER_PATH, WORKLOAD_DIR
+
+    folder = tmp_path_factory.mktemp("recorded")
+    stream = folder / "stream.json"
+    stream.write_text(json.dumps(json.loads((WORKLOAD_DIR / "sql_eval.json").read_text())[:4]))
+    record.main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(stream), "--max_new_tokens", "8",
+                 "--top_k", "8", "--output", str(folder / "rec")])  # fmt: skip
+    return folder / "rec", stream
+
+
+def test_saved_draft_is_the_online_draft_after_the_stream(recorded_file, tmp_path):
     """--save_draft writes the draft the online replay ended with (in --draft_dtype, with its tokenizer), the
     one a direct replay of the same stream and recipe ends with; it refuses to write over --draft."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from osd.analysis import online_replay, record
+    from osd.analysis import online_replay
     from osd.analysis.recording import load_recording
     from osd.datafiles import DataFileError
-    from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
+    from osd.paths import TINY_DRAFT_PATH
 
-    stream = tmp_path / "stream.json"
-    stream.write_text(json.dumps(json.loads((WORKLOAD_DIR / "sql_eval.json").read_text())[:4]))
-    record.main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(stream), "--max_new_tokens", "8",
-                 "--top_k", "8", "--output", str(tmp_path / "rec")])  # fmt: skip
-    flags = ["--recording", str(tmp_path / "rec"), "--stream", str(stream), "--draft", str(TINY_DRAFT_PATH),
+    rec, stream = recorded_file
+    flags = ["--recording", str(rec), "--stream", str(stream), "--draft", str(TINY_DRAFT_PATH),
              "--gamma", "3", "--learning_rate", "1e-2", "--draft_dtype", "bfloat16"]  # fmt: skip
     online_replay.main(flags + ["--save_draft", str(tmp_path / "online")])
 
@@ -189,7 +200,7 @@ def test_saved_draft_is_the_online_draft_after_the_stream(tmp_path):
     expected = apply_draft_vocab(copy.deepcopy(start))
     torch.manual_seed(0)  # main's --seed
     tokenizer = tokenizer_identity(AutoTokenizer.from_pretrained(TINY_DRAFT_PATH))
-    replay(load_recording(tmp_path / "rec"), expected, tokenizer, 3, Recipe(learning_rate=1e-2))
+    replay(load_recording(rec), expected, tokenizer, 3, Recipe(learning_rate=1e-2))
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "online")
     assert saved.dtype == torch.bfloat16
     assert any(not torch.equal(v, start.state_dict()[k]) for k, v in expected.state_dict().items())
@@ -201,3 +212,27 @@ def test_saved_draft_is_the_online_draft_after_the_stream(tmp_path):
     )
     with pytest.raises(DataFileError, match="--save_draft"):
         online_replay.main(flags + ["--save_draft", str(TINY_DRAFT_PATH)])
+
+
+def test_limit_replays_the_first_queries_only(recorded_file, tmp_path):
+    from osd.analysis import online_replay
+    from osd.analysis.recording import load_recording
+    from osd.paths import TINY_DRAFT_PATH
+
+    rec, stream = recorded_file
+    flags = [
+        "--recording",
+        str(rec),
+        "--stream",
+        str(stream),
+        "--draft",
+        str(TINY_DRAFT_PATH),
+        "--gamma",
+        "3",
+    ]
+    online_replay.main(flags + ["--limit", "2", "--out", str(tmp_path / "two.json")])
+    served = json.loads((tmp_path / "two.json").read_text())["queries"]
+    first = [r.id for r in load_recording(rec).prompts[:2]]
+    assert [q["id"] for q in served["standard"]] == [q["id"] for q in served["online"]] == first
+    with pytest.raises(SystemExit):
+        online_replay.main(flags + ["--limit", "0"])
