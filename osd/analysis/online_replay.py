@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> dict:
     recording = load_recording(args.recording)
     recording.prompts = recording.prompts[: args.limit]
     groups = [r.get("dataset", "all") for r in load_conversations(args.stream)][: len(recording.prompts)]
-    tokenizer = tokenizer_identity(load_pretrained(AutoTokenizer, args.draft))
+    draft_tokenizer = load_pretrained(AutoTokenizer, args.draft)
+    tokenizer = tokenizer_identity(draft_tokenizer)
     draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=torch.float32))
     standard_draft = copy.deepcopy(draft)  # untouched: serves the Standard run and starts the offline ceiling
     serve_dtype = resolve_dtype(args.draft_dtype)
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
     online = replay(recording, draft, tokenizer, args.gamma, recipe, serve_dtype=serve_dtype)
     if args.save_draft:
         serving_copy(draft, serve_dtype).save_pretrained(args.save_draft)
-        load_pretrained(AutoTokenizer, args.draft).save_pretrained(args.save_draft)
+        draft_tokenizer.save_pretrained(args.save_draft)
     result = {
         "recipe": asdict(recipe),
         "standard": summarize(standard, groups),

@@ -9,12 +9,16 @@ import json
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from osd.analysis import online_replay, record
 from osd.analysis.online_replay import Recipe, buffered, offline_ceiling, replay, summarize
 from osd.analysis.record import record_prompts
-from osd.analysis.recording import PromptRecord, Recording, tokenizer_identity
+from osd.analysis.recording import PromptRecord, Recording, load_recording, tokenizer_identity
 from osd.analysis.simulate import simulate
+from osd.datafiles import DataFileError
 from osd.distill.lm_training import IGNORE
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
 from osd.spec.draft_vocab import apply_draft_vocab
 from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
 
@@ -170,9 +174,6 @@ def test_static_bf16_serving_is_simulate_with_a_bf16_draft(stream):
 @pytest.fixture(scope="module")
 def recorded_file(tmp_path_factory):
     """(recording stem, conversation file): the tiny demo teacher on four sql eval prompts, 8 tokens, top-8."""
-    from osd.analysis import record
-    from osd.paths import TINY_TEACHER_PATH, WORKLOAD_DIR
-
     folder = tmp_path_factory.mktemp("recorded")
     stream = folder / "stream.json"
     stream.write_text(json.dumps(json.loads((WORKLOAD_DIR / "sql_eval.json").read_text())[:4]))
@@ -184,13 +185,6 @@ def recorded_file(tmp_path_factory):
 def test_saved_draft_is_the_online_draft_after_the_stream(recorded_file, tmp_path):
     """--save_draft writes the draft the online replay ended with (in --draft_dtype, with its tokenizer), the
     one a direct replay of the same stream and recipe ends with; it refuses to write over --draft."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from osd.analysis import online_replay
-    from osd.analysis.recording import load_recording
-    from osd.datafiles import DataFileError
-    from osd.paths import TINY_DRAFT_PATH
-
     rec, stream = recorded_file
     flags = ["--recording", str(rec), "--stream", str(stream), "--draft", str(TINY_DRAFT_PATH),
              "--gamma", "3", "--learning_rate", "1e-2", "--draft_dtype", "bfloat16"]  # fmt: skip
@@ -215,21 +209,8 @@ def test_saved_draft_is_the_online_draft_after_the_stream(recorded_file, tmp_pat
 
 
 def test_limit_replays_the_first_queries_only(recorded_file, tmp_path):
-    from osd.analysis import online_replay
-    from osd.analysis.recording import load_recording
-    from osd.paths import TINY_DRAFT_PATH
-
     rec, stream = recorded_file
-    flags = [
-        "--recording",
-        str(rec),
-        "--stream",
-        str(stream),
-        "--draft",
-        str(TINY_DRAFT_PATH),
-        "--gamma",
-        "3",
-    ]
+    flags = ["--recording", str(rec), "--stream", str(stream), "--draft", str(TINY_DRAFT_PATH), "--gamma", "3"]  # fmt: skip
     online_replay.main(flags + ["--limit", "2", "--out", str(tmp_path / "two.json")])
     served = json.loads((tmp_path / "two.json").read_text())["queries"]
     first = [r.id for r in load_recording(rec).prompts[:2]]
