@@ -57,15 +57,13 @@ def test_update_interval_zero_is_static(stream):
 
 def served_heads(monkeypatch) -> list[torch.Tensor]:
     """Fills, as the replay serves, with the LM head of the model serving each query."""
-    import osd.analysis.online_replay as module
-
-    heads, real = [], module.replay_greedy
+    heads, real = [], online_replay.replay_greedy
 
     def spy(model, *args, **kwargs):
         heads.append(model.lm_head.weight.detach().clone())
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(module, "replay_greedy", spy)
+    monkeypatch.setattr(online_replay, "replay_greedy", spy)
     return heads
 
 
