@@ -22,6 +22,7 @@ from osd.analysis.record import record_conversations
 from osd.analysis.recording import tokenizer_identity
 from osd.analysis.simulate import simulate, topk_summary
 from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative, workload_path
+from osd.user_errors import positive_int
 
 
 def main() -> None:
@@ -29,7 +30,7 @@ def main() -> None:
     ap.add_argument("--target", default=str(TARGET_PATH))
     ap.add_argument("--draft", default=str(DRAFT_PATH))
     ap.add_argument("--conversations", default=str(workload_path("sql", "eval")))
-    ap.add_argument("--limit", type=int, default=4)
+    ap.add_argument("--limit", type=positive_int, default=4)
     ap.add_argument("--max_new_tokens", type=int, default=48)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--ks", type=int, nargs="+", default=[100, 20, 5, 1])

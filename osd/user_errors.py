@@ -12,6 +12,7 @@ path, a full disk). Anything else is a bug and keeps its traceback. Usage errors
 
 from __future__ import annotations
 
+import argparse
 import errno
 import sys
 from collections.abc import Callable, Iterator
@@ -33,6 +34,14 @@ def run_main(main: Callable[[], object], prog: str | None = None) -> int:
         print(f"{prog or Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def positive_int(text: str) -> int:
+    """An argparse type for a count flag (`--limit`): an integer of at least 1, else a usage error."""
+    value = int(text)  # a ValueError here is argparse's "invalid positive_int value"
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}; expected at least 1")
+    return value
 
 
 @contextmanager

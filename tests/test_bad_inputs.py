@@ -127,7 +127,7 @@ CASES: dict[str, tuple[str, str, int, tuple[str, ...]]] = {
         ("{topic}, record 0: 'topic' is 3 (int); a grouping field is a string",),
     ),
     "record --limit 0 (then simulate said alpha nan)": (
-        "record", f"{RECORD} --limit 0 --output {{root}}/zero", 2, ("argument --limit: 0; expected at least 1 record",)
+        "record", f"{RECORD} --limit 0 --output {{root}}/zero", 2, ("argument --limit: 0; expected at least 1",)
     ),
     "record on a full disk": (
         "record", f"{RECORD} --limit 1 --max_new_tokens 2 --output {{root}}/full", 1,

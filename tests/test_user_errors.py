@@ -1,15 +1,17 @@
 """osd.user_errors: user errors end a command line with one error line, bugs keep their traceback,
-and a full disk reported by a library in words becomes an OSError naming the folder."""
+a full disk reported by a library in words becomes an OSError naming the folder, and a count flag
+below 1 is a usage error."""
 
 from __future__ import annotations
 
+import argparse
 import errno
 from collections.abc import Callable
 
 import pytest
 from safetensors import SafetensorError
 
-from osd.user_errors import disk_full_as_oserror, run_main
+from osd.user_errors import disk_full_as_oserror, positive_int, run_main
 
 
 def fail(error: Exception) -> Callable[[], None]:
@@ -39,3 +41,16 @@ def test_a_full_disk_reported_by_safetensors_names_the_folder(tmp_path):
     assert words in str(raised.value)
     with pytest.raises(RuntimeError, match="a bug"), disk_full_as_oserror(tmp_path):
         raise RuntimeError("a bug")
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "two"])
+def test_a_count_flag_below_one_is_a_usage_error_naming_it(text, capsys):
+    parser = argparse.ArgumentParser(prog="tool")
+    parser.add_argument("--limit", type=positive_int)
+    assert parser.parse_args(["--limit", "5"]).limit == 5
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["--limit", text])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --limit: " in err
+    assert ("expected at least 1" in err) == (text != "two")

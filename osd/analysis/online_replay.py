@@ -44,7 +44,7 @@ from osd.models import resolve_dtype
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
-from osd.user_errors import run_main
+from osd.user_errors import positive_int, run_main
 
 
 @dataclass
@@ -223,9 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--draft_dtype", default="float32", choices=DTYPES[1:],
         help="the dtype the draft serves in, online and offline (it trains in float32); the demo serves bfloat16",
     )  # fmt: skip
-    parser.add_argument(
-        "--limit", type=int, default=None, help="the first N queries of the recording only (a shorter stream)"
-    )
+    parser.add_argument("--limit", type=positive_int, default=None, help="replay the first N queries only")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON file: per-query alpha, the summary and the command")
@@ -235,8 +233,6 @@ def main(argv: list[str] | None = None) -> dict:
         "(for benchmarks.draft_alpha or bench_engine)",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error(f"--limit must be at least 1, got {args.limit}")
     outputs = {flag: path for flag, path in (("--out", args.out), ("--save_draft", args.save_draft)) if path}
     if outputs:
         inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))

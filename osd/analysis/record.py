@@ -30,7 +30,7 @@ from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import context_limit
 from osd.spec.evaluate import target_only_greedy
-from osd.user_errors import run_main
+from osd.user_errors import positive_int, run_main
 
 
 @torch.inference_mode()
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--conversations", required=True, help="conversation-JSON file (osd/conversations.py)"
     )
     parser.add_argument("--output", required=True, help="output stem: writes STEM.jsonl (+ STEM.safetensors)")
-    parser.add_argument("--limit", type=int, default=None, help="record the first N records only")
+    parser.add_argument("--limit", type=positive_int, default=None, help="record the first N records only")
     parser.add_argument("--max_new_tokens", type=int, default=128)
     parser.add_argument(
         "--top_k", type=int, default=0, help="also record the top-k logits per position (0: no)"
@@ -142,8 +142,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dtype", default="auto", help="auto (the folder's), float32, bfloat16, ...")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error(f"argument --limit: {args.limit}; expected at least 1 record (leave it out for all)")
     refuse_overwrite(
         dict(zip(("--output", "--output (tensors)"), paths(args.output), strict=True)),
         {"--conversations": args.conversations, "--target": args.target},
