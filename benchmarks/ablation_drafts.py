@@ -1,4 +1,4 @@
-"""Drafts of increasing size for the draft-size ablation (`benchmarks/ablations.py draft_size`).
+r"""Drafts of increasing size for the draft-size ablation (`benchmarks/ablations.py draft_size`).
 
 Each draft is built exactly as the demo draft (`osd.demo.build_draft`: distilled from the target's
 top-K on the general corpus, with a sub-vocabulary head) with its own depth and width and the same

@@ -1,4 +1,4 @@
-"""Drafts for the online vs offline vs Standard ablation (`benchmarks/ablations.py drafts --part methods`).
+r"""Drafts for the online vs offline vs Standard ablation (`benchmarks/ablations.py drafts --part methods`).
 
 Runs `benchmarks.online_single` (Fig. 2 analogue: the demo draft distilled online on one domain's
 stream, Standard on the same stream, and an offline-distilled draft trained beforehand on that

@@ -1,4 +1,4 @@
-"""Engine benchmark: target-only decoding vs HF assisted generation vs `osd.spec`, greedy.
+r"""Engine benchmark: target-only decoding vs HF assisted generation vs `osd.spec`, greedy.
 
 Same prompts, same gamma, one process. Prints a table and writes JSON with tokens/s, alpha,
 mean accepted length, measured speedup over target-only decoding, the Eq. 2 prediction from the

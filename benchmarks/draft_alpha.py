@@ -1,4 +1,4 @@
-"""Greedy acceptance rate of drafts against recorded target outputs, per domain (no target loaded).
+r"""Greedy acceptance rate of drafts against recorded target outputs, per domain (no target loaded).
 
 Record the target once per prompt set (`python -m osd.analysis.record`), then replay any number of
 drafts (`osd.analysis.simulate`, exactly the engine's greedy acceptance at --max_propose_num): alpha per

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "target_step_ms_all": [t * 1e3 for t in times[0]],
         "alpha_source": f"replayed greedy alpha after {args.train_steps} osd.train distillation steps"
         if args.train_steps
-        else "--alpha",
+        else f"{args.alpha} for every draft, assumed (--alpha)",
         "rows": rows,
     }
     (out / "results.json").write_text(json.dumps(repo_relative(record), indent=1) + "\n")

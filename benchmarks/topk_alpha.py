@@ -4,7 +4,7 @@ Records the target with every logit (top_k = vocabulary) in memory, then truncat
 each --ks and compares `osd.analysis.simulate`'s bounds with the exact value (the full recording).
 Writes {out}/results.json and table.md.
 
-    python benchmarks/topk_alpha.py --limit 4 --max_new_tokens 48 --out benchmarks/results/topk_alpha/v1
+    python benchmarks/topk_alpha.py --limit 4 --max_new_tokens 48 --out benchmarks/results/topk_alpha/v2
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Write the teacher's greedy answer as the assistant turn of every record (offline distillation data).
+r"""Write the teacher's greedy answer as the assistant turn of every record (offline distillation data).
 
 Prompts use the tokenizer's chat template when it has one, else the Vicuna v1.1 template
 (osd/prompting.py); an encoder-decoder teacher (e.g. google/flan-t5-xl) reads the bare query. A

@@ -1,4 +1,4 @@
-"""Build the query streams of the online experiments (a CLI over osd/streams.py).
+r"""Build the query streams of the online experiments (a CLI over osd/streams.py).
 
 Without --kind it writes the reference's files from data/raw_data (run the clean scripts first):
 data/sharp.json (abrupt: gsm8k[0:2000] + spider[2000:4000] + finance[4000:6000]),

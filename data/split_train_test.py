@@ -1,4 +1,4 @@
-"""Split a converted conversation file into train and eval files, deterministically.
+r"""Split a converted conversation file into train and eval files, deterministically.
 
 Random mode (default): --eval_size records drawn with --seed go to eval, the rest to train;
 both keep the input's order. Time-bins mode (the reference's split for Arena data): records are

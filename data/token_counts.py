@@ -1,4 +1,4 @@
-"""Count the tokens of the assistant answers in conversation files: the frequency file from which a
+r"""Count the tokens of the assistant answers in conversation files: the frequency file from which a
 sub-vocabulary draft head picks its tokens (`--draft_vocab_size N --draft_vocab_counts FILE` in
 osd.train, `osd.spec.draft_vocab`).
 

@@ -1,4 +1,4 @@
-"""Serve conversation files with `llama-osd-stream` (target-only, speculative, draft-only) and report.
+r"""Serve conversation files with `llama-osd-stream` (target-only, speculative, draft-only) and report.
 
     python -m llamacpp_patches.run --target_gguf "$(python -c 'from osd.demo.target import gguf_path; print(gguf_path())')" \
         --draft_gguf llamacpp_patches/work/gguf/draft-f16.gguf --tokenizer_path osd/demo/models/target \

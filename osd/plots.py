@@ -1,4 +1,4 @@
-"""Plots of alpha over the query stream from online runs' `metrics.jsonl` (the paper's Fig. 2-4, 6).
+r"""Plots of alpha over the query stream from online runs' `metrics.jsonl` (the paper's Fig. 2-4, 6).
 
     python -m osd.plots outputs/online_demo/metrics.jsonl --out alpha.png \
         --reference Standard=0.41 --reference offline=0.72 --stream data/local/shift_stream.json

@@ -1,4 +1,4 @@
-"""Distil a draft (student) model from a target (teacher), offline or online.
+r"""Distil a draft (student) model from a target (teacher), offline or online.
 
 Usage (real models, as the paper; see bash_scripts/*/offline.sh):
     python -m osd.train --student_model_path JackFram/llama-160m --teacher_model_path lmsys/vicuna-7b-v1.3 \

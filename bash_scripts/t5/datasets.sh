@@ -2,7 +2,7 @@
 #   STUDENT, TEACHER, DATA, EVAL_DATA, PRECISION, REPORT_TO defaults (environment values win).
 #   sql|math|code|finance       the local workload (data/local/{domain}_{train,eval}.json) with the
 #                               T5 demo pair (osd/demo/models/t5, `python -m osd.demo.build_t5_pair`),
-#                               on CPU: float32, no wandb;
+#                               on CPU: float32, no wandb, one torch thread (OMP_NUM_THREADS);
 #   gsm8k|spider                data/raw_data/ (data/download.sh) with the reference's hub models
 #   gbharti/finance-alpaca      (t5-efficient-small from flan-t5-xl), bf16, wandb; the reference's hub
 #   code_search_net|code-python names are accepted for the paper's finance and python datasets;
@@ -17,6 +17,8 @@ t5_dataset_defaults() {
             EVAL_DATA=${EVAL_DATA:-$ROOT/data/local/${dataset}_eval.json}
             PRECISION=${PRECISION-}
             REPORT_TO=${REPORT_TO:-none}
+            # tiny models gain nothing from threads, and on a shared CPU extra threads slow torch down many times
+            export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
             return ;;
         gsm8k) train_stem=gsm8k_train eval_stem=gsm8k_test ;;
         spider) train_stem=spider_train eval_stem=spider_validation ;;

@@ -1,4 +1,4 @@
-"""Where a draft misses: answer tokens that could be copied from the context, and the rest.
+r"""Where a draft misses: answer tokens that could be copied from the context, and the rest.
 
     python -m osd.analysis.copying --recording benchmarks/results/online_demo/v3_45x32/recording/rec_45_32 \
         --draft osd/demo/models/draft --out outputs/copying.json

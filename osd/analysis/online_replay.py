@@ -1,4 +1,4 @@
-"""Replay online distillation over a recorded stream in seconds: only the draft runs (greedy).
+r"""Replay online distillation over a recorded stream in seconds: only the draft runs (greedy).
 
 The target's greedy outputs and top-K log-probabilities over a query stream are recorded once
 (`python -m osd.analysis.record --conversations STREAM --top_k 32`). Each query is then served by

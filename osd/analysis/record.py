@@ -1,4 +1,4 @@
-"""Record a target's greedy outputs (and optionally its top-k logits) over a conversation file.
+r"""Record a target's greedy outputs (and optionally its top-k logits) over a conversation file.
 
     python -m osd.analysis.record --target osd/demo/models/tiny/teacher \
         --conversations data/local/sql_eval.json --limit 8 --max_new_tokens 64 --top_k 20 \

@@ -115,14 +115,22 @@ def build_parser(extra: Sequence[type] = (), prog: str = "osd.train") -> HfArgum
 
 def parse_train_args(argv: Sequence[str], extra: Sequence[type] = (), prog: str = "osd.train") -> tuple:
     """(ModelArguments, DataArguments, DistillTrainingArguments, *extra) from `argv`; a bad command
-    line exits with a usage error (status 2). Then, when a model is a hub name, `go_offline_if_unreachable`.
+    line exits with a usage error (status 2), and so does a multi-process launch that transformers would
+    run as separate runs (torchrun on a CPU without --use_cpu). Then, when a model is a hub name,
+    `go_offline_if_unreachable`.
     """
     parser = build_parser(extra, prog)
     try:
         parsed = parse_cli(parser, argv)
     except ValueError as e:  # a flag's value refused by a dataclass or by the reference-flag translation
         parser.error(str(e))
-    model_args, data_args = parsed[:2]
+    model_args, data_args, training_args = parsed[:3]
+    launched = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun and accelerate launch
+    if launched > 1 and training_args.world_size == 1:  # each process would train alone, into one folder
+        parser.error(
+            f"the launcher started {launched} processes, but transformers runs each as a whole run "
+            "(no GPU here): add --use_cpu True to train them as one run over gloo"
+        )
     go_offline_if_unreachable(
         [
             model_args.student_model_path,

@@ -1,4 +1,4 @@
-"""Several drafts, one per query class, each distilled online on its own queries (the paper's Fig. 6).
+r"""Several drafts, one per query class, each distilled online on its own queries (the paper's Fig. 6).
 
 A router names the draft that serves a query: `field_router("topic")` reads a record field
 (dataset, topic or language), `classifier_router(fn)` applies fn to the query's prompt text.

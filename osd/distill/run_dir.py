@@ -341,6 +341,7 @@ class RunPlan:
     identity: dict
     checkpoint: Checkpoint | None = None
     finished: dict | None = None  # the final trainer_state.json of a run that ended in this folder
+    no_checkpoint: bool = False  # `--resume_from_checkpoint last` found outputs but no complete checkpoint
 
     def is_finished(self, max_steps: int) -> bool:
         """The folder holds this run, finished at max_steps: nothing is left to do."""
@@ -359,6 +360,8 @@ class RunPlan:
         final state, written again at the end); then run.json records this run's identity."""
         if not is_main_process:
             return
+        if self.no_checkpoint:  # said here, not when planned: a finished run trains nothing
+            logger.warning("no complete checkpoint in %s: this run starts from step 0", self.output_dir)
         if self.checkpoint is None:
             remove_run_outputs(self.output_dir)
         else:
@@ -398,8 +401,6 @@ def plan_run(output_dir: str | Path, resume: str | None, overwrite: bool, identi
                 f"--resume_from_checkpoint {resume}: no complete checkpoint in {out}, only incomplete ones "
                 f"({', '.join(p.name for p in _checkpoint_dirs(out))}); remove them or pass --overwrite_output_dir"
             )
-        if checkpoint is None and outputs:
-            logger.warning("no complete checkpoint in %s: this run starts from step 0", out)
     else:
         checkpoint = read_checkpoint(resume)
     if checkpoint is not None:
@@ -407,7 +408,8 @@ def plan_run(output_dir: str | Path, resume: str | None, overwrite: bool, identi
     finished = _read_json(out / FINAL_STATE)
     if finished is not None and checkpoint is not None and checkpoint.global_step > finished["global_step"]:
         finished = None  # checkpoints past the end of an earlier, shorter run
-    return RunPlan(out, identity, checkpoint, finished)
+    no_checkpoint = checkpoint is None and bool(outputs) and str(resume).lower() in LAST
+    return RunPlan(out, identity, checkpoint, finished, no_checkpoint)
 
 
 @contextmanager

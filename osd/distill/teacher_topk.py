@@ -1,8 +1,8 @@
 """Distilling a draft from stored target distributions: the target's top-K next-token log-probabilities
 at every loss position of a corpus, computed once (teacher-forced), then a soft cross-entropy.
 
-Storing K of V entries loses the tail of p; the recorded top-k study (`benchmarks/results/topk_alpha/v1/`)
-found the lower bound of alpha from K = 20 within 0.011 of the exact one on the demo pair, so K = 32
+Storing K of V entries loses the tail of p; the recorded top-k study (`benchmarks/results/topk_alpha/v2/`)
+found the lower bound of alpha from K = 20 within 0.018 of the exact one on the demo pair, so K = 32
 keeps nearly all of what a draft can match. With a sub-vocabulary head (`osd.spec.draft_vocab`) the
 target is renormalised on the stored entries that lie in V', as the trainer's losses do on V'.
 """

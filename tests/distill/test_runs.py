@@ -129,14 +129,21 @@ def test_torn_checkpoints_are_skipped_and_the_run_resumes(saved_pair, data, tmp_
     assert not (out / STAGING_DIR).exists()  # cleaned by the next commit
 
 
-def test_a_restart_before_the_first_checkpoint_starts_metrics_over(saved_pair, data, tmp_path):
+def test_a_restart_before_the_first_checkpoint_starts_metrics_over(saved_pair, data, tmp_path, caplog):
     out = tmp_path / "run"
     argv = cli_argv(*saved_pair, data, out, "--max_steps", "2", "--save_strategy", "no",
                     "--resume_from_checkpoint", "last")  # fmt: skip
     main(argv)
     expected = reproducible(read_metrics(out))
-    simulate_crash_after(out, 0)  # no checkpoint at all: the rerun starts from step 0
-    main(argv)
+    # finished, with no checkpoint to resume: nothing to train, and no word of starting over
+    with caplog.at_level(logging.WARNING):
+        main(argv)
+    assert "nothing to train" in caplog.text and "starts from step 0" not in caplog.text
+    caplog.clear()
+    simulate_crash_after(out, 0)  # no checkpoint at all: the rerun starts from step 0, saying so
+    with caplog.at_level(logging.WARNING):
+        main(argv)
+    assert "starts from step 0" in caplog.text
     assert reproducible(read_metrics(out)) == expected
 
 
