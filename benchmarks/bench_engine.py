@@ -32,6 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
 from osd.demo.target import ensure_if_demo_target
+from osd.models import SERVING_DTYPES
 from osd.paths import TARGET_PATH, repo_relative
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
@@ -39,8 +40,7 @@ from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import DEMO, add_gamma_flag
 from osd.spec.timing import machine, step_time, synchronize
-
-DTYPES = ["bfloat16", "float32", "float16"]
+from osd.spec.weight_major import use_weight_major_linears
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -69,8 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="always generate max_new_tokens (fixed-length timing, as speed benchmarks usually do)",
     )
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="the target's dtype")
-    ap.add_argument("--draft_dtype", default="bfloat16", choices=DTYPES, help="the draft's dtype")
+    ap.add_argument("--dtype", default="bfloat16", choices=SERVING_DTYPES, help="the target's dtype")
+    ap.add_argument("--draft_dtype", default="bfloat16", choices=SERVING_DTYPES, help="the draft's dtype")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--output", default="outputs/bench_engine.json")
     return ap.parse_args(argv)
@@ -148,6 +148,11 @@ def main(argv: list[str] | None = None) -> dict:
         ).to(device).eval()
         for name in dict.fromkeys(paths.values())
     }  # fmt: skip
+    for model in (
+        target,
+        *drafts.values(),
+    ):  # as the engine does, before HF's methods too: every method alike
+        use_weight_major_linears(model)
     prompts, prompt_drafts = [], []  # the prompts [1, T] and the draft that serves each
     for path in args.data:
         for r in load_conversations(path)[: args.num_prompts]:

@@ -27,6 +27,7 @@ from osd.cost_model import speedup_measured_verify
 from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import machine, step_time
+from osd.spec.weight_major import use_weight_major_linears
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,6 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32", "float16"]
     )
+    ap.add_argument("--draft_dtype", choices=["bfloat16", "float32", "float16"],
+                    help="the draft's dtype in every run (default: each run's --dtypes entry, as the target's)")  # fmt: skip
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--context", type=int, default=100, help="tokens in the KV cache when a step is timed")
     ap.add_argument("--max_gamma", type=int, default=5)
@@ -49,9 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def random_model(folder: str, dtype: torch.dtype, device: str) -> PreTrainedModel:
-    """The model that `folder`'s config.json describes, with random weights (and its sub-vocabulary head)."""
+    """The model that `folder`'s config.json describes, with random weights (and its sub-vocabulary head),
+    its linear layers as the engine runs them (`osd.spec.weight_major`: float32 on the CPU)."""
     config = AutoConfig.from_pretrained(folder)
-    return apply_draft_vocab(AutoModelForCausalLM.from_config(config, dtype=dtype)).to(device).eval()
+    model = apply_draft_vocab(AutoModelForCausalLM.from_config(config, dtype=dtype)).to(device).eval()
+    use_weight_major_linears(model)
+    return model
 
 
 @torch.inference_mode()
@@ -86,16 +92,17 @@ def main(argv: list[str] | None = None) -> dict:
     for device in args.devices:
         for name in args.dtypes:
             torch.manual_seed(args.seed)
-            dtype = getattr(torch, name)
-            target, draft = (random_model(f, dtype, device) for f in (args.target, args.draft))
-            run = {"device": device, "dtype": name, "machine": machine(device)}
+            draft_name = args.draft_dtype or name
+            target = random_model(args.target, getattr(torch, name), device)
+            draft = random_model(args.draft, getattr(torch, draft_name), device)
+            run = {"device": device, "dtype": name, "draft_dtype": draft_name, "machine": machine(device)}
             run |= costs(target, draft, args.context, args.max_gamma)
             run["eq2_measured_verify"] = eq2(run["c"], run["verify_cost"], args.alpha)
             runs.append(run)
             verify = " ".join(f"{v:.2f}" for v in run["verify_cost"].values())
             best = ", ".join(f"alpha {a}: {e['best_speedup']:.2f}x (gamma {e['best_gamma']})"
                              for a, e in run["eq2_measured_verify"].items())  # fmt: skip
-            print(f"{device} {name}: target {run['target_ms']:.2f} ms, draft {run['draft_ms']:.2f} ms, "
+            print(f"{device} {name} (draft {draft_name}): target {run['target_ms']:.2f} ms, draft {run['draft_ms']:.2f} ms, "
                   f"c {run['c']:.3f}, verify cost k=1..{args.max_gamma}: {verify}; Eq. 2 {best}")  # fmt: skip
     result = {
         "command": "python -m benchmarks.step_costs " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -4,7 +4,8 @@ encoder-decoder (T5) models as their config says, a load failure that names the 
 
 dtype rules: a dtype *flag* ("auto", "float32", "bfloat16", ...) is `resolve_dtype`'d, "auto" meaning
 bf16 on a GPU and float32 on a CPU (osd.train's --student_dtype/--teacher_dtype); None keeps the dtype the
-folder stores (`load_demo_pair`'s default, and data/generate_answer.py's --dtype auto).
+folder stores (`load_demo_pair`'s default, and data/generate_answer.py's --dtype auto). Serving flags (the
+main job's and bench_engine's --dtype) name a dtype of SERVING_DTYPES.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from osd.demo.target import ensure_if_demo_target
 from osd.distill.config import ModelArguments
 from osd.model_checks import check_model_path, check_same_tokenizer, load_pretrained
 from osd.paths import DRAFT_PATH, TARGET_PATH
+
+SERVING_DTYPES = ("bfloat16", "float32", "float16")
 
 
 def resolve_dtype(name: str) -> torch.dtype:

@@ -28,6 +28,7 @@ from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import AUTO, DEFAULT, Gamma, parse_gamma
 from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import accept_reject, acceptance_probability, greedy, logits_to_probs, sample
+from osd.spec.weight_major import use_weight_major_linears
 
 # Draft and target may differ by a few padding rows (e.g. an added [PAD] token, or an embedding
 # matrix padded to a multiple of 64); a larger difference means different tokenizers.
@@ -79,6 +80,8 @@ class SpeculativeDecoder:
                 "speculative decoding needs a shared tokenizer. Use a draft trained with the target's tokenizer."
             )
         apply_draft_vocab(draft_model)  # a draft saved with a sub-vocabulary head (config.draft_vocab)
+        for model in (draft_model, target_model):  # float32 on the CPU: few-token passes cost about one step
+            use_weight_major_linears(model)
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
         self.vocab_size = min(v_draft, v_target)
         # ids the prompt may hold: rows of both input embeddings

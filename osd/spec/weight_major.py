@@ -1,0 +1,50 @@
+"""Float32 linear layers on the CPU computed as W @ x^T, so that verifying a few tokens costs about one step.
+
+`nn.Linear` computes x @ W^T. For a few rows of x, MKL's float32 GEMM then repacks the weight on every
+call, and a pass over 4 tokens costs about twice a pass over one. Computed as W @ x^T (the weight as
+the left operand, x contiguous), the weight streams through once: the demo target's 211 weight
+matrices took 77 / 121 / 123 / 142 ms for 1 / 2 / 4 / 8 rows as x @ W^T and 70 / 70 / 78 / 116 ms as
+W @ x^T, and from 12 rows on the two are even (2-core AVX2 VM, torch 2.13, one thread; LOG section 35).
+The products are the same up to float rounding.
+
+Only float32 on the CPU is changed, and only passes of at most `MAX_ROWS` rows (a prefill keeps
+`nn.Linear`'s GEMM): bf16 matmuls on a CPU without bf16 instructions are bound by the conversion, so
+their cost grows with the rows either way, and on a GPU the library's choice stands.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+MAX_ROWS = 8  # rows (batch x tokens) up to which a pass takes the weight-major product
+
+
+class WeightMajorLinear(nn.Linear):
+    """`nn.Linear` whose float32 CPU forward over at most MAX_ROWS rows is (W @ x^T)^T."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
+        rows = x.numel() // self.in_features
+        if rows > MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu":
+            return super().forward(x)
+        flat = x.reshape(
+            rows, self.in_features
+        ).contiguous()  # [N, in]: MKL's fast layout needs it contiguous
+        y = torch.mm(self.weight, flat.t()).t().contiguous()  # [N, out]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def use_weight_major_linears(model: nn.Module) -> int:
+    """Make every plain `nn.Linear` of a float32 CPU `model` a `WeightMajorLinear` (in place; weights and
+    state dict unchanged); return how many changed. Any other model is left as it is (0)."""
+    first = next(model.parameters(), None)
+    if first is None or first.dtype != torch.float32 or first.device.type != "cpu":
+        return 0
+    changed = 0
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = WeightMajorLinear
+            changed += 1
+    return changed

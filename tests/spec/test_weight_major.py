@@ -1,0 +1,85 @@
+"""Weight-major float32 linear layers: the same products as nn.Linear, and the engine's output unchanged."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from osd.spec.decoder import SpeculativeDecoder
+from osd.spec.weight_major import MAX_ROWS, WeightMajorLinear, use_weight_major_linears
+from tests.spec.references import NOISE, hf_greedy, random_prompt
+from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
+
+
+def weight_major_copy(linear: nn.Linear) -> nn.Linear:
+    other = copy.deepcopy(linear)
+    other.__class__ = WeightMajorLinear
+    return other
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 8), (1, 1, 8), (2, 3, 8), (MAX_ROWS, 8), (MAX_ROWS + 1, 8), (3, 40, 8)]
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_equals_nn_linear(shape, bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(8, 24, bias=bias)
+    x = torch.randn(shape)
+    y = weight_major_copy(linear)(x)
+    assert y.shape == (*shape[:-1], 24) and y.is_contiguous()
+    torch.testing.assert_close(y, linear(x), rtol=1e-5, atol=1e-6)
+
+
+def test_non_contiguous_input_gives_the_same_product():
+    torch.manual_seed(0)
+    linear = nn.Linear(8, 5)
+    x = torch.randn(
+        8, 4
+    ).t()  # [4, 8], transposed strides (as an elementwise op on a transposed output gives)
+    torch.testing.assert_close(weight_major_copy(linear)(x), linear(x), rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_equal_nn_linear():
+    torch.manual_seed(0)
+    linear = nn.Linear(8, 5)
+    other = weight_major_copy(linear)
+    x = torch.randn(3, 8, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    (linear(x) ** 2).sum().backward()
+    (other(x2) ** 2).sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad)
+    torch.testing.assert_close(other.weight.grad, linear.weight.grad)
+    torch.testing.assert_close(other.bias.grad, linear.bias.grad)
+
+
+def test_only_float32_cpu_models_change():
+    model = tiny_model("llama")
+    plain = sum(type(m) is nn.Linear for m in model.modules())
+    keys = set(model.state_dict())
+    assert plain > 0
+    assert use_weight_major_linears(copy.deepcopy(model).to(torch.bfloat16)) == 0
+    assert use_weight_major_linears(model) == plain
+    assert sum(type(m) is WeightMajorLinear for m in model.modules()) == plain
+    assert set(model.state_dict()) == keys
+    assert use_weight_major_linears(model) == 0  # already changed: nothing left to change
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_engine_greedy_output_equals_the_unchanged_targets_generate(family):
+    """The engine makes its float32 CPU models weight-major; its greedy output still equals HF `generate`
+    of an untouched copy of the target (an independent reference)."""
+    target = tiny_model(family, layers=3)
+    reference = copy.deepcopy(target)
+    decoder = SpeculativeDecoder(draft_from_target(target, NOISE[family]), target, gamma=3)
+    if any(type(m) is nn.Linear for m in reference.modules()):
+        assert any(type(m) is WeightMajorLinear for m in decoder.target.modules())
+    alphas = []
+    for seed in range(3):
+        prompt = random_prompt(seed=seed)
+        out = decoder.generate(prompt, max_new_tokens=40)
+        torch.testing.assert_close(out.generated_ids, hf_greedy(reference, prompt, 40), rtol=0, atol=0)
+        alphas.append(out.alpha)
+    assert max(alphas) > 0.0 and min(alphas) < 1.0, alphas  # both the accept and the reject path ran
