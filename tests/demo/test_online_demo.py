@@ -8,7 +8,7 @@ import torch
 
 from osd.conversations import load_conversations, record_groups
 from osd.cost_model import speedup_measured_verify
-from osd.demo.online_demo import main
+from osd.demo.online_demo import main, print_costs
 from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
 from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
@@ -128,3 +128,14 @@ def test_block_drafts_are_the_draft_as_it_stood_after_each_domain(tmp_path):
     assert same(weights(both / "drafts" / "code"), weights(both / "draft"))
     assert not same(weights(both / "drafts" / "sql"), weights(both / "draft"))
     assert not same(weights(both / "drafts" / "sql"), weights(TINY_DRAFT_PATH))
+
+
+def test_a_costly_bf16_verification_without_bf16_instructions_names_the_float32_flag(capsys):
+    costs = {"verify_cost": 2.3, "c": 0.05, "eq2_standard": 0.6, "eq2_online": 0.8}
+    info = {"cpu": "a CPU", "cpu_capability": "AVX2"}
+    print_costs(costs, info | {"cpu_bf16_instructions": []}, 3, "bfloat16")
+    assert "--dtype float32" in capsys.readouterr().out
+    for bf16, dtype in ((["avx512_bf16"], "bfloat16"), ([], "float32")):  # nothing to suggest
+        print_costs(costs, info | {"cpu_bf16_instructions": bf16}, 3, dtype)
+        printed = capsys.readouterr().out
+        assert "compute-bound" in printed and "--dtype float32" not in printed
