@@ -148,11 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
         ).to(device).eval()
         for name in dict.fromkeys(paths.values())
     }  # fmt: skip
-    for model in (
-        target,
-        *drafts.values(),
-    ):  # as the engine does, before HF's methods too: every method alike
-        use_weight_major_linears(model)
+    use_weight_major_linears(target)  # as the engine does, before HF's methods too: every method alike
     prompts, prompt_drafts = [], []  # the prompts [1, T] and the draft that serves each
     for path in args.data:
         for r in load_conversations(path)[: args.num_prompts]:

@@ -52,12 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def random_model(folder: str, dtype: torch.dtype, device: str) -> PreTrainedModel:
-    """The model that `folder`'s config.json describes, with random weights (and its sub-vocabulary head),
-    its linear layers as the engine runs them (`osd.spec.weight_major`: float32 on the CPU)."""
+    """The model that `folder`'s config.json describes, with random weights (and its sub-vocabulary head)."""
     config = AutoConfig.from_pretrained(folder)
-    model = apply_draft_vocab(AutoModelForCausalLM.from_config(config, dtype=dtype)).to(device).eval()
-    use_weight_major_linears(model)
-    return model
+    return apply_draft_vocab(AutoModelForCausalLM.from_config(config, dtype=dtype)).to(device).eval()
 
 
 @torch.inference_mode()
@@ -94,6 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
             torch.manual_seed(args.seed)
             draft_name = args.draft_dtype or name
             target = random_model(args.target, getattr(torch, name), device)
+            use_weight_major_linears(target)  # as the engine runs a target (osd.spec.weight_major)
             draft = random_model(args.draft, getattr(torch, draft_name), device)
             run = {"device": device, "dtype": name, "draft_dtype": draft_name, "machine": machine(device)}
             run |= costs(target, draft, args.context, args.max_gamma)

@@ -80,8 +80,9 @@ class SpeculativeDecoder:
                 "speculative decoding needs a shared tokenizer. Use a draft trained with the target's tokenizer."
             )
         apply_draft_vocab(draft_model)  # a draft saved with a sub-vocabulary head (config.draft_vocab)
-        for model in (draft_model, target_model):  # float32 on the CPU: few-token passes cost about one step
-            use_weight_major_linears(model)
+        # float32 on the CPU: a verification costs about one step. Not the draft, whose steps are one token
+        # and whose weights a trainer may be updating (its products would round otherwise than in training)
+        use_weight_major_linears(target_model)
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
         self.vocab_size = min(v_draft, v_target)
         # ids the prompt may hold: rows of both input embeddings
