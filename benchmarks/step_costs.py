@@ -24,6 +24,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from osd.cost_model import speedup_measured_verify
+from osd.models import SERVING_DTYPES
 from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import machine, step_time
@@ -35,10 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--target", default=str(TARGET_PATH), help="a folder with the target's config.json")
     ap.add_argument("--draft", default=str(DRAFT_PATH), help="a folder with the draft's config.json")
     ap.add_argument("--devices", nargs="+", default=["cpu"])
-    ap.add_argument(
-        "--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32", "float16"]
-    )
-    ap.add_argument("--draft_dtype", choices=["bfloat16", "float32", "float16"],
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=SERVING_DTYPES)
+    ap.add_argument("--draft_dtype", choices=SERVING_DTYPES,
                     help="the draft's dtype in every run (default: each run's --dtypes entry, as the target's)")  # fmt: skip
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--context", type=int, default=100, help="tokens in the KV cache when a step is timed")

@@ -66,8 +66,15 @@ def step_time(
     return best
 
 
-def cpu_name_and_flags() -> tuple[str, set[str]]:
-    """The processor's name and its /proc/cpuinfo flags (no flags where that file does not exist)."""
+def machine(device: torch.device | str = "cpu") -> dict[str, object]:
+    """What a timing depends on, for result files: the processor, its SIMD level and bfloat16
+    instructions (`cpu_bf16_instructions`: AVX512-BF16 or AMX; without them bf16 matmuls convert to
+    float32 and run slower), torch's version and threads, and the GPU when `device` is one.
+
+    Figures taken on different machines do not compare: on a 2-core AVX2 VM the bf16 demo target
+    decodes a token in 84 ms and verifies 4 in 200 (2.4 steps), where an AVX512-BF16 VM took 49 ms
+    and 1.1 steps; bf16 greedy outputs differ between the two as well (the kernels round
+    differently, so near-ties break differently)."""
     cpu, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -78,29 +85,11 @@ def cpu_name_and_flags() -> tuple[str, set[str]]:
         cpu, flags = fields.get("model name", cpu), set(fields.get("flags", "").split())
     except OSError:  # not Linux: the name alone
         pass
-    return cpu, flags
-
-
-def cpu_bf16_instructions() -> list[str]:
-    """This CPU's bfloat16 instructions (AVX512-BF16, AMX); without them bf16 matmuls convert to float32."""
-    return sorted(cpu_name_and_flags()[1] & {"avx512_bf16", "amx_bf16"})
-
-
-def machine(device: torch.device | str = "cpu") -> dict[str, object]:
-    """What a timing depends on, for result files: the processor, its SIMD level and bfloat16
-    instructions (`cpu_bf16_instructions`: AVX512-BF16 or AMX; without them bf16 matmuls convert to
-    float32 and run slower), torch's version and threads, and the GPU when `device` is one.
-
-    Figures taken on different machines do not compare: on a 2-core AVX2 VM the bf16 demo target
-    decodes a token in 84 ms and verifies 4 in 200 (2.4 steps), where an AVX512-BF16 VM took 49 ms
-    and 1.1 steps; bf16 greedy outputs differ between the two as well (the kernels round
-    differently, so near-ties break differently)."""
-    cpu = cpu_name_and_flags()[0]
     info: dict[str, object] = {
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu_bf16_instructions": cpu_bf16_instructions(),
+        "cpu_bf16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
     }
