@@ -27,9 +27,8 @@ class WeightMajorLinear(nn.Linear):
         rows = x.numel() // self.in_features
         if rows > MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu":
             return super().forward(x)
-        flat = x.reshape(
-            rows, self.in_features
-        ).contiguous()  # [N, in]: MKL's fast layout needs it contiguous
+        # [N, in], contiguous: MKL's fast path needs x^T as a transposed view of a contiguous x
+        flat = x.reshape(rows, self.in_features).contiguous()
         y = torch.mm(self.weight, flat.t()).t().contiguous()  # [N, out]
         if self.bias is not None:
             y = y + self.bias

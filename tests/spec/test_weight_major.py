@@ -36,9 +36,8 @@ def test_forward_equals_nn_linear(shape, bias):
 def test_non_contiguous_input_gives_the_same_product():
     torch.manual_seed(0)
     linear = nn.Linear(8, 5)
-    x = torch.randn(
-        8, 4
-    ).t()  # [4, 8], transposed strides (as an elementwise op on a transposed output gives)
+    # [4, 8] with transposed strides, as an elementwise op on a transposed output gives
+    x = torch.randn(8, 4).t()
     torch.testing.assert_close(weight_major_copy(linear)(x), linear(x), rtol=1e-5, atol=1e-6)
 
 
