@@ -52,7 +52,7 @@ class MagpieArgs:
         default_factory=list,
         metadata={
             "help": "Generic task openers that start the user turn, e.g. 'Write a SQL query' 'Solve this math "
-            "problem:'; batch b uses none when b % (n + 1) == 0, else opener b % (n + 1) - 1, and the query is the "
+            "problem:'; batch b uses none when b %% (n + 1) == 0, else opener b %% (n + 1) - 1, and the query is the "
             "opener followed by what the model writes. (A topic system prompt does not steer a small model.)"
         },
     )

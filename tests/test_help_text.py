@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from osd.analysis import record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,3 +37,41 @@ def test_every_docstring_with_a_line_continuation_is_raw() -> None:
 
 def test_a_continued_command_keeps_its_backslash_in_the_help() -> None:
     assert "--target osd/demo/models/tiny/teacher \\\n" in record.__doc__
+
+
+# A help string must survive argparse's `help % params`: a bare '%' (e.g. "10%.") breaks `--help` of the
+# whole command. Checked on the source, for argparse flags and dataclass fields alike.
+class AnyParam(dict):
+    """argparse's params (the action's fields and prog): any %(name)s formats."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+def help_strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every constant `help=` keyword and `"help":` dict entry in a source file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.keyword) and node.arg == "help":
+            value = node.value
+        elif isinstance(node, ast.Dict):
+            value = next((v for k, v in zip(node.keys, node.values, strict=True)
+                          if isinstance(k, ast.Constant) and k.value == "help"), None)  # fmt: skip
+        else:
+            continue
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            found.append((value.lineno, value.value))
+    return found
+
+
+def test_the_sources_have_help_strings():
+    assert sum(len(help_strings(p)) for p in SOURCES) > 100  # the check below reads what it should
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_help_strings_format_as_argparse_renders_them(path):
+    for line, text in help_strings(path):
+        try:
+            text % AnyParam()
+        except (ValueError, TypeError) as e:
+            pytest.fail(f"{path.relative_to(ROOT)}:{line}: help {text!r} does not format ({e}); write '%%'")

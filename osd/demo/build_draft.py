@@ -50,6 +50,7 @@ from osd.conversations import assistant_answer, load_conversations, user_query
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.lm_training import Example, chat_example, num_params, train_lm
 from osd.distill.teacher_topk import teacher_topk, topk_distillation
+from osd.models import SERVING_DTYPES
 from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.spec.draft_vocab import load_token_counts, select_token_ids, set_draft_vocab
 
@@ -97,8 +98,15 @@ class DraftBuildConfig:
     )
     batch_size: int = field(default=16, metadata={"help": "Examples per step."})
     lr: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
-    warmup_steps: int = field(default=40, metadata={"help": "Linear warmup, then cosine decay to 10%."})
+    warmup_steps: int = field(default=40, metadata={"help": "Linear warmup, then cosine decay to 10%%."})
     teacher_batch_size: int = field(default=8, metadata={"help": "Examples per teacher forward."})
+    teacher_dtype: str = field(
+        default="bfloat16",
+        metadata={
+            "help": "dtype of the target computing the top-K (float32 is faster on CPUs without bf16 instructions).",
+            "choices": SERVING_DTYPES,
+        },
+    )
     checkpoint_every: int = field(default=100, metadata={"help": "Steps between resumable checkpoints."})
     bf16_autocast: bool = field(
         default=True, metadata={"help": "bf16 matmuls, float32 weights and optimizer."}
@@ -165,7 +173,7 @@ def build(cfg: DraftBuildConfig) -> dict:
     examples = [chat_example(tok, r, cfg.max_length) for r in corpus]
     if cfg.python_docs:
         examples += python_docs_examples(tok, cfg.max_length)
-    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=torch.bfloat16).eval()
+    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=getattr(torch, cfg.teacher_dtype)).eval()
     targets = teacher_topk(target, examples, cfg.top_k, work / "teacher_topk.pt", cfg.teacher_batch_size)
     del target
 

@@ -74,7 +74,7 @@ class T5BuildConfig:
     batch_size: int = field(default=32, metadata={"help": "Records per step."})
     teacher_lr: float = field(default=1e-3, metadata={"help": "Teacher peak learning rate."})
     draft_lr: float = field(default=1e-3, metadata={"help": "Draft peak learning rate."})
-    warmup_steps: int = field(default=30, metadata={"help": "Linear warmup, then cosine decay to 10%."})
+    warmup_steps: int = field(default=30, metadata={"help": "Linear warmup, then cosine decay to 10%%."})
     max_length: int = field(default=128, metadata={"help": "Encoder and decoder tokens are cut to this."})
     checkpoint_every: int = field(default=50, metadata={"help": "Steps between resumable checkpoints."})
     bf16_autocast: bool = field(

@@ -86,7 +86,7 @@ class BuildConfig:
     batch_size: int = field(default=32, metadata={"help": "Sequences per step."})
     teacher_lr: float = field(default=3e-3, metadata={"help": "Teacher peak learning rate."})
     draft_lr: float = field(default=2e-3, metadata={"help": "Draft peak learning rate."})
-    warmup_steps: int = field(default=30, metadata={"help": "Linear warmup, then cosine decay to 10%."})
+    warmup_steps: int = field(default=30, metadata={"help": "Linear warmup, then cosine decay to 10%%."})
     max_length: int = field(default=160, metadata={"help": "Sequences are cut to this many tokens."})
     num_threads: int = field(
         default=1,

@@ -159,3 +159,21 @@ def test_topk_distillation_is_the_soft_cross_entropy_renormalised_on_the_head():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss, _ = topk_distillation([(ids, labels)], [top])(model, [0])
     assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_teacher_dtype_sets_the_dtype_the_top_k_is_computed_in(dtype, small_workload, tmp_path, monkeypatch):
+    import osd.demo.build_draft as build_draft
+
+    seen = []
+    real = build_draft.teacher_topk
+
+    def spy(target, *args, **kwargs):
+        seen.append(target.dtype)
+        return real(target, *args, **kwargs)
+
+    monkeypatch.setattr(build_draft, "teacher_topk", spy)
+    cfg = dataclasses.replace(_config(small_workload, tmp_path / "draft"), teacher_dtype=dtype, steps=1)
+    metrics = build(cfg)
+    assert seen == [getattr(torch, dtype)]
+    assert metrics["config"]["teacher_dtype"] == dtype
