@@ -50,7 +50,7 @@ from osd.conversations import assistant_answer, load_conversations, user_query
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.lm_training import Example, chat_example, num_params, train_lm
 from osd.distill.teacher_topk import teacher_topk, topk_distillation
-from osd.models import SERVING_DTYPES
+from osd.models import SERVING_DTYPES, resolve_dtype
 from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.spec.draft_vocab import load_token_counts, select_token_ids, set_draft_vocab
 
@@ -173,7 +173,7 @@ def build(cfg: DraftBuildConfig) -> dict:
     examples = [chat_example(tok, r, cfg.max_length) for r in corpus]
     if cfg.python_docs:
         examples += python_docs_examples(tok, cfg.max_length)
-    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=getattr(torch, cfg.teacher_dtype)).eval()
+    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=resolve_dtype(cfg.teacher_dtype)).eval()
     targets = teacher_topk(target, examples, cfg.top_k, work / "teacher_topk.pt", cfg.teacher_batch_size)
     del target
 
