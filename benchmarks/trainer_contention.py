@@ -1,13 +1,14 @@
 """Does a trainer beside the engine slow serving, and through what: the GIL (a thread) or the machine?
 
-    python -m benchmarks.trainer_contention --out benchmarks/results/trainer_contention/v1
+    python -m benchmarks.trainer_contention --out benchmarks/results/trainer_contention/v2
 
 `osd.spec` serves --queries eval prompts of --domain with the demo pair (greedy, --max_propose_num, bf16, one
-torch thread) three ways, --rounds times in turn: alone; with a thread looping the online update
-(what --online_background_update runs: the forward KL of one buffered query on every served token,
-backward, AdamW step, the draft in float32); with a process looping the same. Serving speed is
-generated tokens over the engine's own time (SpecOutput.wall_time_s); the trainer's steps taken
-meanwhile show it really ran. Writes {out}/results.json and table.md.
+torch thread) alone and beside each of --trainers, --rounds times in turn. A trainer loops the online
+update (what --online_background_update runs: the forward KL of one buffered query on every served token,
+on the draft's own head, backward, AdamW step, the draft in float32) in a thread or a process, with
+torch's AdamW (`adamw_torch`, as Trainer's optim) or its fused kernel (`adamw_torch_fused`). Serving
+speed is generated tokens over the engine's own time (SpecOutput.wall_time_s); the trainer's steps taken
+meanwhile show it really ran, and their rate what one step costs. Writes {out}/results.json and table.md.
 """
 
 from __future__ import annotations
@@ -27,18 +28,26 @@ from osd.models import load_model, load_tokenizer
 from osd.paths import DRAFT_PATH, TARGET_PATH
 from osd.prompting import encode_prompt
 from osd.spec.decoder import SpeculativeDecoder
+from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
 from osd.spec.gamma import DEMO, add_gamma_flag
 
-MODES = ("alone", "thread", "process")
+TRAINERS = {  # name: (a thread or a process, fused AdamW)
+    "thread": ("thread", False),
+    "process": ("process", False),
+    "thread_fused": ("thread", True),
+    "process_fused": ("process", True),
+}
 
 
-def train_forever(stop, steps, query: BufferedQuery, draft_path: str = str(DRAFT_PATH)) -> None:
+def train_forever(
+    stop, steps, query: BufferedQuery, draft_path: str = str(DRAFT_PATH), fused: bool = False
+) -> None:
     """The online update on one buffered query, again and again, until `stop` is set (thread or process);
     `steps` (a shared int) counts the optimizer steps."""
     torch.set_num_threads(1)
-    draft = load_model(draft_path, "float32", None)
-    optimizer = torch.optim.AdamW(draft.parameters(), lr=1e-4)
-    divergence = get_divergence("forward")
+    draft = apply_draft_vocab(load_model(draft_path, "float32", None))  # its sub-vocabulary head, as trained
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=1e-4, fused=fused)
+    divergence = restrict_divergence(get_divergence("forward"), draft_vocab_ids(draft))
     while not stop.is_set():
         distillation_loss(draft, [query], divergence, backward=lambda loss: loss.backward())
         optimizer.step()
@@ -61,6 +70,11 @@ def main(argv: list[str] | None = None) -> dict:
     add_gamma_flag(parser, DEMO)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
+        "--trainers", nargs="+", choices=list(TRAINERS), default=["thread", "thread_fused"],
+        help="what runs beside serving, each in turn after serving alone: a thread or a process, with "
+        "torch's AdamW or the fused one",
+    )  # fmt: skip
+    parser.add_argument(
         "--warm_s", type=float, default=8.0, help="seconds the trainer runs before serving starts"
     )
     parser.add_argument("--out", default="outputs/trainer_contention")
@@ -78,19 +92,22 @@ def main(argv: list[str] | None = None) -> dict:
     spawn = mp.get_context("spawn")
     rows = []
     for round_ in range(1, args.rounds + 1):
-        for mode in MODES:
-            stop = threading.Event() if mode == "thread" else spawn.Event()
+        for trainer in ["alone", *args.trainers]:
+            kind, fused = TRAINERS.get(trainer, ("thread", False))
+            stop = threading.Event() if kind == "thread" else spawn.Event()
             steps = spawn.Value("i", 0)
             worker = None
-            if mode != "alone":
-                make = threading.Thread if mode == "thread" else spawn.Process
-                worker = make(target=train_forever, args=(stop, steps, query))
+            if trainer != "alone":
+                make = threading.Thread if kind == "thread" else spawn.Process
+                worker = make(target=train_forever, args=(stop, steps, query, str(DRAFT_PATH), fused))
                 worker.start()
                 time.sleep(args.warm_s)  # loaded and looping
-            before = steps.value
+            before, start = steps.value, time.perf_counter()
             tokens_per_s = serve(decoder, prompts, args.max_new_tokens, tokenizer.eos_token_id)
-            rows.append({"round": round_, "trainer": mode, "tokens_per_s": tokens_per_s,
-                         "trainer_steps_meanwhile": steps.value - before})  # fmt: skip
+            taken = steps.value - before
+            rows.append({"round": round_, "trainer": trainer, "tokens_per_s": tokens_per_s,
+                         "trainer_steps_meanwhile": taken,
+                         "trainer_step_ms": 1e3 * (time.perf_counter() - start) / taken if taken else None})  # fmt: skip
             stop.set()
             if worker is not None:
                 worker.join()

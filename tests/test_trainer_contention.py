@@ -1,5 +1,5 @@
 """benchmarks/trainer_contention.py's trainer loop, on the tiny draft: it takes optimizer steps, counted in
-a shared int, until told to stop, in a thread as in a spawned process."""
+a shared int, until told to stop, in a thread as in a spawned process, with torch's AdamW or the fused one."""
 
 from __future__ import annotations
 
@@ -30,14 +30,14 @@ def _wait_for(steps, at_least: int, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("kind", ["thread", "process"])
-def test_the_trainer_steps_until_stopped(kind: str) -> None:
+@pytest.mark.parametrize(("kind", "fused"), [("thread", False), ("process", False), ("thread", True)])
+def test_the_trainer_steps_until_stopped(kind: str, fused: bool) -> None:
     vocab = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH).config.vocab_size
     spawn = mp.get_context("spawn")
     stop = threading.Event() if kind == "thread" else spawn.Event()
     steps = spawn.Value("i", 0)
     make = threading.Thread if kind == "thread" else spawn.Process
-    worker = make(target=train_forever, args=(stop, steps, _query(vocab), str(TINY_DRAFT_PATH)))
+    worker = make(target=train_forever, args=(stop, steps, _query(vocab), str(TINY_DRAFT_PATH), fused))
     worker.start()
     _wait_for(steps, 3)
     stop.set()

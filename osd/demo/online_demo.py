@@ -13,7 +13,8 @@ osd.distill.online, the same trainer as `python -m osd.train --mode online`). Th
 recipes over a recording of this stream (`osd.analysis.online_replay`; benchmarks/results/online_demo/);
 the default stream (45 queries of 32 new tokens per domain) spends the serving budget of 30 x 48 on
 longer blocks, where the draft has more queries to learn from (benchmarks/results/general_draft/LOG.md, 19).
-The draft trains in float32 and serves as a bf16 copy refreshed after each update; the update runs
+The draft trains in float32 (AdamW's fused kernel: one pass over the weights and their moments, which
+halves the update's time) and serves as a bf16 copy refreshed after each update; the update runs
 in a worker thread on a second core while the next query is served (--no-background_update: on the
 serving path), so each update serves from the query after next. A progress bar shows
 alpha as it rises. At the end, on the last --tail queries of each domain segment, one table
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
     training_args = DistillTrainingArguments(
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
-        learning_rate=args.learning_rate, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0,
+        learning_rate=args.learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0,
         kl_method=args.kl_method, online_loss_positions=args.loss_positions, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
         online_update_interval=args.update_interval, online_steps_per_update=args.steps_per_update, online_replay_queries=args.replay,
         online_background_update=args.background_update, online_eval_interval=1, online_alpha_window=args.tail,

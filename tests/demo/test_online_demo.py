@@ -70,6 +70,7 @@ def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
     assert config["teacher_model_path"] == repo_relative(str(TINY_TEACHER_PATH))
     assert config["data_path"] == repo_relative(str(out / "stream.json"))
     assert (config["stream"], config["mode"], config["gamma"]) == ("abrupt-sql-code-x2", "online", 3)
+    assert config["optim"] == "adamw_torch_fused"  # one pass over weights and moments: half the update
     assert run_name(records) == "online-forward-g3-draft-teacher-abrupt-sql-code-x2"
 
 
