@@ -1,6 +1,7 @@
 """Does a trainer beside the engine slow serving, and through what: the GIL (a thread) or the machine?
 
-    python -m benchmarks.trainer_contention --out benchmarks/results/trainer_contention/v2
+    python -m benchmarks.trainer_contention --rounds 4 --trainers thread thread_fused process_fused \
+        --out benchmarks/results/trainer_contention/v2
 
 `osd.spec` serves --queries eval prompts of --domain with the demo pair (greedy, --max_propose_num, bf16, one
 torch thread) alone and beside each of --trainers, --rounds times in turn. A trainer loops the online
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for round_ in range(1, args.rounds + 1):
         for trainer in ["alone", *args.trainers]:
-            kind, fused = TRAINERS.get(trainer, ("thread", False))
+            kind, fused = TRAINERS.get(trainer, ("thread", False))  # "alone": only its stop event is made
             stop = threading.Event() if kind == "thread" else spawn.Event()
             steps = spawn.Value("i", 0)
             worker = None
