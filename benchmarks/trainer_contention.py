@@ -1,4 +1,4 @@
-"""Does a trainer beside the engine slow serving, and through what: the GIL (a thread) or the machine?
+r"""Does a trainer beside the engine slow serving, and through what: the GIL (a thread) or the machine?
 
     python -m benchmarks.trainer_contention --rounds 4 --trainers thread thread_fused process_fused \
         --out benchmarks/results/trainer_contention/v2
