@@ -94,11 +94,10 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for round_ in range(1, args.rounds + 1):
         for trainer in ["alone", *args.trainers]:
-            kind, fused = TRAINERS.get(trainer, ("thread", False))  # "alone": only its stop event is made
-            stop = threading.Event() if kind == "thread" else spawn.Event()
-            steps = spawn.Value("i", 0)
+            stop, steps = spawn.Event(), spawn.Value("i", 0)  # both shared by a thread or a process alike
             worker = None
             if trainer != "alone":
+                kind, fused = TRAINERS[trainer]
                 make = threading.Thread if kind == "thread" else spawn.Process
                 worker = make(target=train_forever, args=(stop, steps, query, str(DRAFT_PATH), fused))
                 worker.start()
