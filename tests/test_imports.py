@@ -7,6 +7,9 @@ Every `import` counts, inside functions too; only `if TYPE_CHECKING:` blocks (an
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +157,16 @@ def test_scan_sees_cycles_and_upward_arrows(tmp_path):
         "osd.spec.y.z",
     }
     assert layer("osd.spec.decoder") < layer("osd.distill.trainer") < layer("osd.analysis.simulate")
+
+
+@pytest.mark.parametrize("chosen", [None, "0"])
+def test_importing_osd_asks_torch_for_huge_pages_unless_the_user_chose(chosen):
+    """osd sets THP_MEM_ALLOC_ENABLE before any of its modules imports torch (which reads it once)."""
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if chosen is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = chosen
+    code = "import sys, os, osd; print('torch' in sys.modules, os.environ['THP_MEM_ALLOC_ENABLE'])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", chosen or "1"]

@@ -227,6 +227,15 @@ class DistillTrainingArguments(TrainingArguments):
             "copy between queries; the updated draft serves one query later than without it. Needs a spare core."
         },
     )
+    freeze_embeddings: bool = field(
+        default=False,
+        metadata={
+            "help": "Train the student without its input embedding, and the LM head when tied to it: only its "
+            "other weights learn. A small draft's tied [V, H] embedding is most of its weights (12.6M of the "
+            "demo draft's 14.7M): without its dense gradient and AdamW moments an update step costs a third "
+            "(benchmarks/results/online_demo/v3_45x32/recipes/)."
+        },
+    )
     draft_vocab_size: int | None = field(
         default=None,
         metadata={

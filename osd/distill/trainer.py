@@ -100,6 +100,8 @@ class DistillTrainer(Trainer):
         check_vocabularies(model, teacher_model, self.processing_class)
         # the student's head over --draft_vocab_size tokens (or the one it was saved with); losses on those
         self.draft_vocab = student_draft_vocab(model, args, self.processing_class)
+        if args.freeze_embeddings:  # before Trainer builds its optimizer (over the trainable weights only)
+            model.get_input_embeddings().requires_grad_(False)
         self.teacher_model = teacher_model.eval().requires_grad_(False)
         if not getattr(teacher_model, "hf_device_map", None):
             self.teacher_model.to(args.device)
