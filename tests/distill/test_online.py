@@ -357,22 +357,23 @@ def test_steps_per_update_takes_that_many_adamw_steps_on_the_buffer(tmp_path, de
 
 
 @pytest.mark.parametrize("background", [False, True])
-def test_freeze_embeddings_trains_every_weight_but_the_input_embedding(tmp_path, background):
+@pytest.mark.parametrize("device", DEVICES)
+def test_freeze_embeddings_trains_every_weight_but_the_input_embedding(tmp_path, background, device):
     """--freeze_embeddings: AdamW steps every other weight as it would without the flag (replayed with a plain
     torch AdamW over them); the input embedding stays as it was and the optimizer holds nothing of it."""
     draft, target = make_pair()  # untied: the head learns
-    reference = copy.deepcopy(draft)
+    reference = copy.deepcopy(draft).to(device)
     embedding, head = draft.get_input_embeddings().weight, draft.get_output_embeddings().weight
     embedding_before, head_before = embedding.detach().clone(), head.detach().clone()
     stream = write_stream(tmp_path / "stream.json", 4)
     trainer = make_trainer(tmp_path, stream, draft, target, freeze_embeddings=True, online_loss_positions="all",
-                           online_background_update=background)  # fmt: skip
+                           online_background_update=background, use_cpu=device == "cpu")  # fmt: skip
     buffers, backward = [], trainer._backward
     trainer._backward = lambda d, buffer: buffers.append(buffer) or backward(d, buffer)
     trainer.train()
-    assert trainer.online.updates == 2 and len(buffers) == 2
-    assert torch.equal(embedding, embedding_before) and not embedding.requires_grad
-    assert not torch.equal(head, head_before)
+    assert trainer.online.updates == 2 and len(buffers) == 2 and embedding.device.type == device
+    assert torch.equal(embedding.cpu(), embedding_before) and not embedding.requires_grad
+    assert not torch.equal(head.cpu(), head_before)
     assert all(p is not embedding for group in trainer.optimizer.param_groups for p in group["params"])
     reference.get_input_embeddings().requires_grad_(False)
     opt = torch.optim.AdamW([p for p in reference.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.0)
