@@ -14,7 +14,8 @@ recipes over a recording of this stream (`osd.analysis.online_replay`; benchmark
 the default stream (45 queries of 32 new tokens per domain) spends the serving budget of 30 x 48 on
 longer blocks, where the draft has more queries to learn from (benchmarks/results/general_draft/LOG.md, 19).
 The draft trains in float32 (AdamW's fused kernel: one pass over the weights and their moments, which
-halves the update's time) and serves as a bf16 copy refreshed after each update; the update runs
+halves the update's time; of its tied embedding only the 8192 rows its head scores, --draft_vocab_rows_only,
+which takes a third off again) and serves as a bf16 copy refreshed after each update; the update runs
 in a worker thread on a second core while the next query is served (--no-background_update: on the
 serving path), so each update serves from the query after next. A progress bar shows
 alpha as it rises. At the end, on the last --tail queries of each domain segment, one table
@@ -55,6 +56,7 @@ from osd.distill.data import ConversationDataset
 from osd.distill.experiment import build_trainer
 from osd.distill.flags import add_update_interval_flag
 from osd.distill.online import QueryStats, pooled_alpha
+from osd.distill.subvocab import has_tied_draft_vocab
 from osd.model_checks import check_same_tokenizer
 from osd.models import SERVING_DTYPES, load_model, load_tokenizer
 from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
@@ -273,9 +275,14 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument(
+        "--draft_vocab_rows_only", action=argparse.BooleanOptionalAction, default=True,
+        help="--draft_vocab_rows_only: of the draft's tied embedding, train only the rows its sub-vocabulary head "
+        "scores (a draft without such a head trains whole)",
+    )  # fmt: skip
+    parser.add_argument(
         "--freeze_embeddings", action="store_true",
-        help="--freeze_embeddings: the draft's tied embedding and head stay as they are, only its layers learn "
-        "(an update costs a third; math's tail alpha falls 0.03 on the default stream)",
+        help="--freeze_embeddings, in place of --draft_vocab_rows_only: the draft's tied embedding and head stay "
+        "as they are, only its layers learn (an update costs half again; math's tail alpha falls 0.03)",
     )  # fmt: skip
     parser.add_argument(
         "--background_update", action=argparse.BooleanOptionalAction, default=True,
@@ -340,6 +347,7 @@ def main(argv: list[str] | None = None) -> dict:
         learning_rate=args.learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0,
         kl_method=args.kl_method, online_loss_positions=args.loss_positions, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
         online_update_interval=args.update_interval, online_steps_per_update=args.steps_per_update, online_replay_queries=args.replay, freeze_embeddings=args.freeze_embeddings,
+        draft_vocab_rows_only=args.draft_vocab_rows_only and not args.freeze_embeddings and has_tied_draft_vocab(draft),
         online_background_update=args.background_update, online_eval_interval=1, online_alpha_window=args.tail,
         draft_serving_dtype=args.draft_dtype, eval_on_start=False, save_strategy="no", logging_steps=10**9,
         report_to=args.report_to, run_name=args.run_name, use_cpu=True, disable_tqdm=True, seed=0,

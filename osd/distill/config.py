@@ -236,6 +236,15 @@ class DistillTrainingArguments(TrainingArguments):
             "(benchmarks/results/online_demo/v3_45x32/recipes/)."
         },
     )
+    draft_vocab_rows_only: bool = field(
+        default=False,
+        metadata={
+            "help": "With a sub-vocabulary head tied to the input embedding: train only the V' rows of the shared "
+            "weight, as their own [V', H] weight copied back after every step (no dense [V, H] gradient or "
+            "AdamW moments); the other rows stay as they are. The demo draft's update then costs about two "
+            "thirds (osd.distill.subvocab)."
+        },
+    )
     draft_vocab_size: int | None = field(
         default=None,
         metadata={
@@ -299,6 +308,10 @@ class DistillTrainingArguments(TrainingArguments):
         if (self.draft_vocab_size is None) != (self.draft_vocab_counts is None):
             raise ValueError(
                 "--draft_vocab_size and --draft_vocab_counts go together (the size, and the file to pick from)"
+            )
+        if self.draft_vocab_rows_only and self.freeze_embeddings:
+            raise ValueError(
+                "--draft_vocab_rows_only trains rows that --freeze_embeddings freezes: choose one"
             )
         if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
             raise ValueError(f"--draft_vocab_size must be >= 1, got {self.draft_vocab_size}")

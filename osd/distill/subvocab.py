@@ -1,7 +1,18 @@
-"""The student's sub-vocabulary head in training (`--draft_vocab_size`, `--draft_vocab_counts`).
+"""The student's sub-vocabulary head in training (`--draft_vocab_size`, `--draft_vocab_counts`,
+`--draft_vocab_rows_only`).
 
 The head itself, its save/load and its losses live in `osd.spec.draft_vocab`; this module decides,
-from the flags and the student, which head a run trains.
+from the flags and the student, which head a run trains, and how its tied weight learns.
+
+--draft_vocab_rows_only. A draft whose head is tied to its input embedding shares one weight [V, H]
+between them. Trained as it is, every step builds a dense [V, H] gradient and AdamW keeps [V, H]
+moments, although the head reads only V' rows: for the demo draft (V = 49152, V' = 8192) most of an
+update's memory traffic. `TiedRowsEmbedding` trains the V' rows as their own weight `rows` [V', H],
+which the head and the embedding (for ids in V') read, and copies them into the shared weight after
+every optimizer step; rows outside V' stay as they are (their ids are never proposed; they only feed
+the draft when they appear in its context). Without such ids in the batches, the steps equal
+those of the tied weight trained whole (tested). Checkpoints and saved models hold the shared weight
+only: `rows` is dropped from the state dict and rebuilt from the weight when one is loaded.
 """
 
 from __future__ import annotations
@@ -9,10 +20,13 @@ from __future__ import annotations
 import logging
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from osd.distill.config import DistillTrainingArguments
 from osd.spec.draft_vocab import (
+    SubVocabHead,
     apply_draft_vocab,
     draft_vocab_ids,
     load_token_counts,
@@ -51,3 +65,68 @@ def student_draft_vocab(
         len(ids), args.draft_vocab_counts, 100 * covered, counts["num_tokens"],
     )  # fmt: skip
     return draft_vocab_ids(student)
+
+
+class TiedRowsEmbedding(nn.Module):
+    """The input embedding of a student with a tied sub-vocabulary head, its V' rows trained as `rows`."""
+
+    def __init__(self, embedding: nn.Embedding, head: SubVocabHead) -> None:
+        super().__init__()
+        self.weight = embedding.weight.requires_grad_(False)  # [V, H], shared with the head
+        self.num_embeddings, self.embedding_dim = self.weight.shape
+        self.padding_idx = embedding.padding_idx
+        ids = head.token_ids
+        self.rows = nn.Parameter(self.weight.detach().index_select(0, ids).clone())  # [V', H]
+        slot = torch.full((self.num_embeddings,), -1, dtype=torch.long, device=ids.device)
+        slot[ids] = torch.arange(ids.numel(), device=ids.device)
+        self.register_buffer("slot", slot, persistent=False)  # [V]: the id's row in `rows`, -1 outside V'
+        self.register_buffer("token_ids", ids.clone(), persistent=False)  # [V']
+        head.trained_rows = (self.rows,)
+        self._register_state_dict_hook(_drop_rows)
+        self._register_load_state_dict_pre_hook(self._rows_from_weight)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [...] -> [..., H]; without grad (serving), the shared weight, which mirrors `rows`."""
+        if not (torch.is_grad_enabled() and self.rows.requires_grad):
+            return F.embedding(input_ids, self.weight, self.padding_idx)
+        slot = self.slot[input_ids]
+        trained = F.embedding(slot.clamp(min=0), self.rows)
+        return torch.where((slot >= 0).unsqueeze(-1), trained, F.embedding(input_ids, self.weight))
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """Copy `rows` into the shared weight (after every optimizer step)."""
+        self.weight.index_copy_(0, self.token_ids, self.rows.to(self.weight.dtype))
+
+    def _rows_from_weight(self, state_dict: dict, prefix: str, *args) -> None:
+        weight = state_dict.get(prefix + "weight")
+        if weight is not None and prefix + "rows" not in state_dict:
+            state_dict[prefix + "rows"] = weight.index_select(0, self.token_ids.to(weight.device))
+
+
+def _drop_rows(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    state_dict.pop(prefix + "rows", None)
+
+
+def has_tied_draft_vocab(model: PreTrainedModel) -> bool:
+    """Whether `model` has (or was saved with) a sub-vocabulary head tied to its input embedding."""
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    tied = head is not None and head.weight is embedding.weight
+    return tied and draft_vocab_ids(model) is not None
+
+
+def train_tied_rows_only(student: PreTrainedModel) -> TiedRowsEmbedding:
+    """Install `TiedRowsEmbedding` (--draft_vocab_rows_only); the caller writes back after each step."""
+    head, embedding = student.get_output_embeddings(), student.get_input_embeddings()
+    if not isinstance(head, SubVocabHead):
+        raise ValueError(
+            "--draft_vocab_rows_only needs a student with a sub-vocabulary head (--draft_vocab_size)"
+        )
+    if not isinstance(embedding, nn.Embedding) or head.weight is not embedding.weight:
+        raise ValueError(
+            "--draft_vocab_rows_only needs a student whose LM head is tied to its input embedding "
+            f"({type(student).__name__} has untied or custom ones)"
+        )
+    rows = TiedRowsEmbedding(embedding, head)
+    student.set_input_embeddings(rows)
+    return rows

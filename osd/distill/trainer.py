@@ -49,7 +49,7 @@ from osd.distill.run_dir import (
     resolve_checkpoint,
 )
 from osd.distill.sources import SamplingConfig, sample_responses
-from osd.distill.subvocab import student_draft_vocab
+from osd.distill.subvocab import student_draft_vocab, train_tied_rows_only
 from osd.metric_keys import group_alphas
 from osd.spec import AcceptanceStats, GammaPolicy, SpeculativeDecoder
 from osd.spec.draft_vocab import compact_logits, restrict_divergence
@@ -100,8 +100,10 @@ class DistillTrainer(Trainer):
         check_vocabularies(model, teacher_model, self.processing_class)
         # the student's head over --draft_vocab_size tokens (or the one it was saved with); losses on those
         self.draft_vocab = student_draft_vocab(model, args, self.processing_class)
-        if args.freeze_embeddings:  # before Trainer builds its optimizer (over the trainable weights only)
+        # both before Trainer builds its optimizer (over the trainable weights only)
+        if args.freeze_embeddings:
             model.get_input_embeddings().requires_grad_(False)
+        self.tied_rows = train_tied_rows_only(model) if args.draft_vocab_rows_only else None
         self.teacher_model = teacher_model.eval().requires_grad_(False)
         if not getattr(teacher_model, "hf_device_map", None):
             self.teacher_model.to(args.device)
@@ -125,6 +127,13 @@ class DistillTrainer(Trainer):
                   "teacher_model_path": getattr(teacher_model, "name_or_path", None)}  # fmt: skip
         self._use_osd_wandb(run_config(args, **(models | (run_info or {}))))
         self._staging: Path | None = None  # set while a checkpoint is being written
+
+    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+        """Trainer's optimizer; with --draft_vocab_rows_only each step also writes the trained rows back."""
+        optimizer = super().create_optimizer(model)
+        if self.tied_rows is not None:
+            optimizer.register_step_post_hook(lambda *_: self.tied_rows.write_back())
+        return optimizer
 
     def _use_osd_wandb(self, config: dict) -> None:
         """With --report_to wandb: OsdWandbCallback (config, run name, queries-served axis) in place of HF's."""

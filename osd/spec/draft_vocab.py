@@ -48,9 +48,14 @@ class SubVocabHead(nn.Module):
         self.register_buffer("token_ids", token_ids.to(weight.device, torch.long), persistent=False)
         self.compact = False
         self._cached: tuple[int, int, torch.Tensor] | None = None  # (data_ptr, version, rows) for serving
+        # (rows [V', H],) while a trainer trains the rows as their own weight (osd.distill.subvocab); a tuple,
+        # so that the embedding that owns the Parameter stays its only registered holder
+        self.trained_rows: tuple[nn.Parameter, ...] = ()
 
     def _rows(self) -> torch.Tensor:
         """weight[token_ids] [V', H]; cached while the weight is unchanged and no gradient is needed."""
+        if torch.is_grad_enabled() and self.trained_rows:
+            return self.trained_rows[0]
         if torch.is_grad_enabled() and self.weight.requires_grad:
             return self.weight.index_select(0, self.token_ids)
         key = (self.weight.data_ptr(), self.weight._version)

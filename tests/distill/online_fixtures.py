@@ -12,6 +12,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.online import OnlineDistillTrainer
+from osd.spec.draft_vocab import set_draft_vocab
 from tests.tiny_models import draft_from_target, tiny_llama, tiny_tokenizer
 
 WORDS = [f"w{i}" for i in range(60)]
@@ -27,6 +28,13 @@ def make_pair(noise: float = 0.6) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
     """(draft, target): the target's head is scaled by 8 (sharp logits: greedy ties are rare)."""
     target = tiny_llama(len(VOCAB), head_scale=8.0)
     return draft_from_target(target, noise), target
+
+
+def tied_subvocab_pair(token_ids) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    """(draft, target): a random draft whose head, tied to its input embedding, scores `token_ids` only."""
+    draft = set_draft_vocab(tiny_llama(len(VOCAB), seed=1, tie_word_embeddings=True), token_ids)
+    assert draft.get_output_embeddings().weight is draft.get_input_embeddings().weight
+    return draft, tiny_llama(len(VOCAB), head_scale=8.0)
 
 
 def write_stream(path: Path, n: int, datasets: tuple[str, ...] = ("a", "b")) -> str:

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 import torch
-from online_fixtures import VOCAB, make_pair, make_tokenizer, make_trainer, write_stream
+from online_fixtures import VOCAB, make_pair, make_tokenizer, make_trainer, tied_subvocab_pair, write_stream
 from transformers import LlamaForCausalLM, T5ForConditionalGeneration, TrainerCallback
 
 from osd.distill.losses import forward_kl
@@ -191,17 +191,19 @@ class StopAt(TrainerCallback):
 
 
 @pytest.mark.parametrize(
-    "background, save_steps, stop, replay",
-    # checkpoint-3: one buffered query (with replay: a kept one and a new one); checkpoint-2: a background update due
-    [(False, 3, 5, 0), (True, 2, 3, 0), (False, 3, 5, 1)],
+    "background, save_steps, stop, replay, rows_only",
+    # checkpoint-3: one buffered query (with replay: a kept one and a new one); checkpoint-2: a background update due;
+    # rows_only: --draft_vocab_rows_only, whose trained rows a checkpoint rebuilds from the shared weight
+    [(False, 3, 5, 0, False), (True, 2, 3, 0, False), (False, 3, 5, 1, False), (True, 2, 3, 0, True)],
 )
 def test_resume_continues_exactly_without_lost_or_duplicated_metrics(
-    tmp_path, background, save_steps, stop, replay
+    tmp_path, background, save_steps, stop, replay, rows_only
 ):
-    draft, target = make_pair()
+    draft, target = tied_subvocab_pair(range(0, len(VOCAB), 2)) if rows_only else make_pair()
     stream = write_stream(tmp_path / "stream.json", 8)
     save = dict(save_strategy="steps", save_steps=save_steps, online_update_interval=2,
-                online_background_update=background, online_replay_queries=replay)  # fmt: skip
+                online_background_update=background, online_replay_queries=replay,
+                draft_vocab_rows_only=rows_only)  # fmt: skip
 
     reference = make_trainer(tmp_path / "uninterrupted", stream, copy.deepcopy(draft), target, **save)
     reference.train()

@@ -6,9 +6,10 @@ import json
 
 import pytest
 import torch
-from online_fixtures import VOCAB, make_pair, make_trainer, write_stream
+from online_fixtures import VOCAB, make_pair, make_trainer, tied_subvocab_pair, write_stream
 from transformers import AutoModelForCausalLM
 
+from osd.distill.config import DistillTrainingArguments
 from osd.spec.draft_vocab import SubVocabHead, draft_vocab_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -72,3 +73,61 @@ def test_the_two_flags_go_together(tmp_path):
     stream = write_stream(tmp_path / "stream.json", 2)
     with pytest.raises(ValueError, match="--draft_vocab_size and --draft_vocab_counts go together"):
         make_trainer(tmp_path, stream, draft, target, draft_vocab_size=SIZE)
+
+
+# ---- --draft_vocab_rows_only ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_rows_only_steps_equal_the_whole_tied_weights_when_the_head_covers_the_vocabulary(
+    tmp_path, background
+):
+    """With every id in V', no row is left out: the run must equal training the shared weight whole."""
+    stream = write_stream(tmp_path / "stream.json", 4)
+    runs = {}
+    for rows_only in (False, True):
+        draft, target = tied_subvocab_pair(range(len(VOCAB)))
+        before = draft.state_dict()["model.embed_tokens.weight"].clone()
+        trainer = make_trainer(tmp_path / str(rows_only), stream, draft, target, online_loss_positions="all",
+                               online_background_update=background, draft_vocab_rows_only=rows_only)  # fmt: skip
+        trainer.train()
+        runs[rows_only] = draft.state_dict()
+    assert set(runs[True]) == set(runs[False])  # the trained rows are not saved
+    assert not torch.allclose(runs[True]["model.embed_tokens.weight"], before, atol=1e-3)  # it did learn
+    torch.testing.assert_close(runs[True], runs[False])
+
+
+def test_rows_only_trains_the_heads_rows_keeps_the_others_and_saves_a_plain_model(tmp_path):
+    draft, target = tied_subvocab_pair(range(0, len(VOCAB), 2))
+    weight = draft.get_input_embeddings().weight
+    before = weight.detach().clone()
+    stream = write_stream(tmp_path / "stream.json", 4)
+    trainer = make_trainer(
+        tmp_path, stream, draft, target, online_loss_positions="all", draft_vocab_rows_only=True
+    )
+    trainer.train()
+    ids = draft_vocab_ids(draft)
+    assert draft.get_output_embeddings().weight is weight  # still one weight
+    moved = (weight.detach() != before).any(-1)  # [V]
+    outside = torch.ones(len(VOCAB), dtype=torch.bool)
+    outside[ids] = False
+    assert moved[ids].all() and not moved[outside].any()
+    torch.testing.assert_close(weight.detach()[ids], trainer.tied_rows.rows.detach(), rtol=0, atol=0)
+    trained = [p for group in trainer.optimizer.param_groups for p in group["params"]]
+    assert all(p is not weight for p in trained) and any(p is trainer.tied_rows.rows for p in trained)
+    trainer.save_model(str(tmp_path / "saved"))
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")
+    assert saved.config.draft_vocab == ids.tolist() and not any("rows" in k for k in saved.state_dict())
+    torch.testing.assert_close(saved.get_input_embeddings().weight, weight.detach())
+
+
+def test_rows_only_refuses_a_student_it_cannot_train(tmp_path):
+    stream = write_stream(tmp_path / "stream.json", 2)
+    draft, target = make_pair()  # full, untied head
+    with pytest.raises(ValueError, match="sub-vocabulary head"):
+        make_trainer(tmp_path / "full", stream, draft, target, draft_vocab_rows_only=True)
+    with pytest.raises(ValueError, match="tied"):
+        make_trainer(tmp_path / "untied", stream, draft, target, draft_vocab_size=SIZE,
+                     draft_vocab_counts=counts_file(tmp_path), draft_vocab_rows_only=True)  # fmt: skip
+    with pytest.raises(ValueError, match="choose one"):
+        DistillTrainingArguments(output_dir=str(tmp_path), draft_vocab_rows_only=True, freeze_embeddings=True)
