@@ -97,14 +97,18 @@ def test_rows_only_steps_equal_the_whole_tied_weights_when_the_head_covers_the_v
     torch.testing.assert_close(runs[True], runs[False])
 
 
-def test_rows_only_trains_the_heads_rows_keeps_the_others_and_saves_a_plain_model(tmp_path):
+@pytest.mark.parametrize("mode", ["online", "offline"])
+def test_rows_only_trains_the_heads_rows_keeps_the_others_and_saves_a_plain_model(tmp_path, mode):
     draft, target = tied_subvocab_pair(range(0, len(VOCAB), 2))
     weight = draft.get_input_embeddings().weight
     before = weight.detach().clone()
     stream = write_stream(tmp_path / "stream.json", 4)
-    trainer = make_trainer(
-        tmp_path, stream, draft, target, online_loss_positions="all", draft_vocab_rows_only=True
+    extra = (
+        {"max_steps": 2, "per_device_train_batch_size": 2, "sample_source": "teacher"}
+        if mode == "offline"
+        else {"online_loss_positions": "all"}
     )
+    trainer = make_trainer(tmp_path, stream, draft, target, mode=mode, draft_vocab_rows_only=True, **extra)
     trainer.train()
     ids = draft_vocab_ids(draft)
     assert draft.get_output_embeddings().weight is weight  # still one weight
