@@ -21,14 +21,21 @@ from __future__ import annotations
 import logging
 import sys
 
+import torch
+
 from osd.distill.experiment import run
 from osd.distill.flags import parse_train_args
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Parse the flags (`osd.distill.flags`) and run (`osd.distill.experiment.run`); the final eval metrics."""
+    """Parse the flags (`osd.distill.flags`) and run (`osd.distill.experiment.run`); the final eval metrics.
+    A multi-process run (torchrun) leaves its process group here, before the interpreter tears it down."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(*parse_train_args(sys.argv[1:] if argv is None else argv))
+    try:
+        return run(*parse_train_args(sys.argv[1:] if argv is None else argv))
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
