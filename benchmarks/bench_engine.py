@@ -39,6 +39,7 @@ from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import DEMO, add_gamma_flag
+from osd.spec.packed_linear import use_packed_linears
 from osd.spec.timing import machine, step_time, synchronize
 from osd.spec.weight_major import use_weight_major_linears
 
@@ -71,6 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="bfloat16", choices=SERVING_DTYPES, help="the target's dtype")
     ap.add_argument("--draft_dtype", default="bfloat16", choices=SERVING_DTYPES, help="the draft's dtype")
+    ap.add_argument(
+        "--packed_linears", action="store_true",
+        help="bf16 on the CPU: target and drafts read oneDNN-packed weights (osd.spec.packed_linear), every "
+        "method alike, the target-only baseline included",
+    )  # fmt: skip
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--output", default="outputs/bench_engine.json")
     return ap.parse_args(argv)
@@ -149,6 +155,9 @@ def main(argv: list[str] | None = None) -> dict:
         for name in dict.fromkeys(paths.values())
     }  # fmt: skip
     use_weight_major_linears(target)  # as the engine does, before HF's methods too: every method alike
+    if args.packed_linears:
+        for model in (target, *drafts.values()):
+            use_packed_linears(model)
     prompts, prompt_drafts = [], []  # the prompts [1, T] and the draft that serves each
     for path in args.data:
         for r in load_conversations(path)[: args.num_prompts]:
@@ -206,6 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": machine(device),
         "dtype": args.dtype,
         "draft_dtype": args.draft_dtype,
+        "packed_linears": args.packed_linears,
         "threads": torch.get_num_threads(),
         "gamma": args.gamma,
         "max_new_tokens": args.max_new_tokens,

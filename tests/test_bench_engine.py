@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.bench_engine import main
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
+from osd.spec.packed_linear import packing_available
 
 DATA = [str(WORKLOAD_DIR / "sql_eval.json"), str(WORKLOAD_DIR / "code_eval.json")]
 
@@ -38,3 +39,16 @@ def test_a_missing_domain_draft_names_its_folder(tmp_path):
     shutil.copytree(TINY_DRAFT_PATH, tmp_path / "drafts" / "sql")
     with pytest.raises(OSError, match="drafts/code"):
         run(tmp_path, "--data_drafts", str(tmp_path / "drafts" / "{domain}"))
+
+
+@pytest.mark.skipif(not packing_available(), reason="this CPU or torch build has no oneDNN bf16 packing")
+def test_packed_linears_apply_to_every_method(tmp_path):
+    bf16 = ["--draft", str(TINY_DRAFT_PATH), "--dtype", "bfloat16", "--draft_dtype", "bfloat16"]
+    plain, packed = run(tmp_path, *bf16), run(tmp_path, *bf16, "--packed_linears")
+    assert packed["packed_linears"] and not plain["packed_linears"]
+    assert packed["generated_tokens"] == plain["generated_tokens"]  # the same products: the same outputs
+
+    def alpha(result: dict) -> float:  # at the fixed gamma ("gamma auto" chooses by the measured step times)
+        return {r["method"]: r["alpha"] for r in result["rows"]}["osd.spec"]
+
+    assert alpha(packed) == alpha(plain)

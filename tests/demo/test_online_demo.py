@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from osd.conversations import load_conversations, record_groups
@@ -11,6 +12,7 @@ from osd.cost_model import speedup_measured_verify
 from osd.demo.online_demo import main, print_costs
 from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
+from osd.spec.packed_linear import packing_available
 from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
 
 
@@ -140,3 +142,20 @@ def test_a_costly_bf16_verification_without_bf16_instructions_names_the_float32_
         print_costs(costs, info | {"cpu_bf16_instructions": bf16}, 3, dtype)
         printed = capsys.readouterr().out
         assert "compute-bound" in printed and "--dtype float32" not in printed
+
+
+@pytest.mark.skipif(not packing_available(), reason="this CPU or torch build has no oneDNN bf16 packing")
+def test_packed_linears_serve_the_same_tokens_faster_kernels_alike(tmp_path):
+    """--packed_linears on a bf16 tiny pair: every model's linears packed (the target-only baseline's too), and
+    the run's alphas equal those of the same run without it (the products are the same)."""
+    flags = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--per_domain", "2", "--tail", "1",
+             "--max_new_tokens", "8", "--domains", "sql", "code"]  # fmt: skip
+    plain = main([*flags, "--output_dir", str(tmp_path / "plain")])
+    packed = main([*flags, "--packed_linears", "--output_dir", str(tmp_path / "packed")])
+    assert plain["packed_linears"] == 0 and packed["packed_linears"] > 0
+    for a, b in zip(plain["domains"], packed["domains"], strict=True):
+        assert (a["standard"]["alpha"], a["online"]["alpha"]) == (
+            b["standard"]["alpha"],
+            b["online"]["alpha"],
+        )
+        assert a["standard"]["target_tokens"] == b["standard"]["target_tokens"]

@@ -1,0 +1,105 @@
+"""oneDNN-packed bf16 linear layers: the products of nn.Linear, repacked when the weight changes, and the
+engine's greedy output unchanged."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from osd.spec.decoder import SpeculativeDecoder
+from osd.spec.packed_linear import PackedLinear, packing_available, use_packed_linears
+from tests.spec.references import NOISE, hf_greedy, random_prompt
+from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packing ops")
+
+
+def packed_copy(linear: nn.Linear) -> nn.Linear:
+    other = copy.deepcopy(linear)
+    other.__class__ = PackedLinear
+    return other
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (1, 1, 16), (2, 3, 16), (4, 40, 16)])
+@pytest.mark.parametrize("bias", [True, False])
+@torch.no_grad()
+def test_bf16_forward_equals_nn_linear(shape, bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 48, bias=bias).to(torch.bfloat16)
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    packed = packed_copy(linear)
+    y = packed(x)
+    assert packed._packed is not None  # the packed path ran
+    assert y.shape == (*shape[:-1], 48) and y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, linear(x))
+
+
+@torch.no_grad()
+def test_an_in_place_weight_change_is_repacked():
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 8).to(torch.bfloat16)
+    packed = packed_copy(linear)
+    x = torch.randn(2, 16, dtype=torch.bfloat16)
+    before = packed(x)
+    new = nn.Linear(16, 8).to(torch.bfloat16)
+    packed.load_state_dict(new.state_dict())  # as the online trainer refreshes its serving copy
+    after = packed(x)
+    assert not torch.equal(after, before)
+    torch.testing.assert_close(after, new(x))
+
+
+def test_training_takes_nn_linears_path():
+    """With gradients (and in float32) the layer is nn.Linear: same gradients, nothing packed."""
+    torch.manual_seed(0)
+    linear = nn.Linear(8, 5)
+    other = packed_copy(linear)
+    x = torch.randn(3, 8, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    (linear(x) ** 2).sum().backward()
+    (other(x2) ** 2).sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=0)
+    torch.testing.assert_close(other.weight.grad, linear.weight.grad, rtol=0, atol=0)
+    bf16 = packed_copy(linear.to(torch.bfloat16))
+    bf16(torch.randn(2, 8, dtype=torch.bfloat16, requires_grad=True)).sum().backward()
+    assert bf16._packed is None and bf16.weight.grad is not None
+
+
+def test_every_plain_linear_of_a_cpu_model_changes_once():
+    model = tiny_model("llama")
+    plain = sum(type(m) is nn.Linear for m in model.modules())
+    keys = set(model.state_dict())
+    assert plain > 0
+    assert use_packed_linears(model) == plain
+    assert sum(type(m) is PackedLinear for m in model.modules()) == plain
+    assert set(model.state_dict()) == keys
+    assert use_packed_linears(model) == 0  # already changed: nothing left to change
+    served = copy.deepcopy(model).to(torch.bfloat16)  # a serving copy keeps the class
+    assert sum(type(m) is PackedLinear for m in served.modules()) == plain
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_engine_greedy_output_is_unchanged(family):
+    """bf16 target and draft with packed linears: the engine's greedy output equals its output with untouched
+    copies of both, token for token (bf16 verification may break near-ties otherwise than HF `generate`'s
+    single steps on tiny random models, so the reference is the same engine); for llama, the demo's family,
+    it equals HF `generate` of the untouched target too."""
+    target = tiny_model(family, layers=3).to(torch.bfloat16)
+    draft = draft_from_target(target, NOISE[family]).to(torch.bfloat16)
+    plain = SpeculativeDecoder(copy.deepcopy(draft), copy.deepcopy(target), gamma=3)
+    if not (use_packed_linears(target) and use_packed_linears(draft)):
+        pytest.skip(f"{family} has no plain nn.Linear")
+    decoder = SpeculativeDecoder(draft, target, gamma=3)
+    alphas = []
+    for seed in range(3):
+        prompt = random_prompt(seed=seed)
+        out = decoder.generate(prompt, max_new_tokens=40)
+        expected = plain.generate(prompt, max_new_tokens=40).generated_ids
+        torch.testing.assert_close(out.generated_ids, expected, rtol=0, atol=0)
+        if family == "llama":
+            torch.testing.assert_close(out.generated_ids, hf_greedy(plain.target, prompt, 40), rtol=0, atol=0)
+        alphas.append(out.alpha)
+    assert any(m._packed is not None for m in target.modules() if isinstance(m, PackedLinear))
+    assert max(alphas) > 0.0 and min(alphas) < 1.0, alphas  # both the accept and the reject path ran
