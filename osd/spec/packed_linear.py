@@ -39,6 +39,10 @@ class PackedLinear(nn.Linear):
 
     _packed: tuple[int, int, torch.Tensor] | None = None  # (data_ptr, version, packed weight)
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the packed weight out (oneDNN's opaque tensors have no storage to copy)."""
+        return {k: v for k, v in super().__getstate__().items() if k != "_packed"}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
         w = self.weight
         if (

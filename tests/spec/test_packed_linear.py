@@ -51,6 +51,19 @@ def test_an_in_place_weight_change_is_repacked():
     torch.testing.assert_close(after, new(x))
 
 
+@torch.no_grad()
+def test_a_used_layer_deep_copies_and_its_copy_packs_its_own_weight():
+    torch.manual_seed(0)
+    packed = packed_copy(nn.Linear(16, 8).to(torch.bfloat16))
+    x = torch.randn(2, 16, dtype=torch.bfloat16)
+    y = packed(x)
+    other = copy.deepcopy(packed)  # as the online trainer copies a draft to serve it
+    assert other._packed is None and torch.equal(other(x), y)
+    other.weight.mul_(2)
+    torch.testing.assert_close(other(x), nn.functional.linear(x, other.weight, other.bias))
+    assert torch.equal(packed(x), y)  # the original keeps its own
+
+
 def test_training_takes_nn_linears_path():
     """With gradients (and in float32) the layer is nn.Linear: same gradients, nothing packed."""
     torch.manual_seed(0)
