@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from osd.spec.weight_major import retype_plain_linears
+
 
 def packing_available() -> bool:
     """Whether this torch build has oneDNN's linear-packing ops and this CPU oneDNN's bf16 kernels (AVX512-BF16,
@@ -69,9 +71,4 @@ def use_packed_linears(model: nn.Module) -> int:
     first = next(model.parameters(), None)
     if first is None or first.device.type != "cpu" or not packing_available():
         return 0
-    changed = 0
-    for module in model.modules():
-        if type(module) is nn.Linear:
-            module.__class__ = PackedLinear
-            changed += 1
-    return changed
+    return retype_plain_linears(model, PackedLinear)

@@ -41,9 +41,15 @@ def use_weight_major_linears(model: nn.Module) -> int:
     first = next(model.parameters(), None)
     if first is None or first.dtype != torch.float32 or first.device.type != "cpu":
         return 0
+    return retype_plain_linears(model, WeightMajorLinear)
+
+
+def retype_plain_linears(model: nn.Module, cls: type[nn.Linear]) -> int:
+    """Give every plain `nn.Linear` of `model` the subclass `cls` (in place: same weights, same state dict, a
+    forward of its own); return how many changed."""
     changed = 0
     for module in model.modules():
         if type(module) is nn.Linear:
-            module.__class__ = WeightMajorLinear
+            module.__class__ = cls
             changed += 1
     return changed

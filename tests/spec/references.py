@@ -66,3 +66,14 @@ BF16_EPS = 2.0**-7  # relative spacing of bf16 numbers
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     """The first index where `a` and `b` differ (None if one is a prefix of the other)."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+
+
+def assert_same_linear_gradients(linear: torch.nn.Linear, other: torch.nn.Linear, **tolerance) -> None:
+    """`other` (a subclass of nn.Linear over a copy of `linear`'s weights) back-propagates as `linear` does."""
+    x = torch.randn(3, linear.in_features, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    (linear(x) ** 2).sum().backward()
+    (other(x2) ** 2).sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, **tolerance)
+    torch.testing.assert_close(other.weight.grad, linear.weight.grad, **tolerance)
+    torch.testing.assert_close(other.bias.grad, linear.bias.grad, **tolerance)

@@ -11,7 +11,7 @@ from torch import nn
 
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.packed_linear import PackedLinear, packing_available, use_packed_linears
-from tests.spec.references import NOISE, hf_greedy, random_prompt
+from tests.spec.references import NOISE, assert_same_linear_gradients, hf_greedy, random_prompt
 from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packing ops")
@@ -68,13 +68,7 @@ def test_training_takes_nn_linears_path():
     """With gradients (and in float32) the layer is nn.Linear: same gradients, nothing packed."""
     torch.manual_seed(0)
     linear = nn.Linear(8, 5)
-    other = packed_copy(linear)
-    x = torch.randn(3, 8, requires_grad=True)
-    x2 = x.detach().clone().requires_grad_()
-    (linear(x) ** 2).sum().backward()
-    (other(x2) ** 2).sum().backward()
-    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=0)
-    torch.testing.assert_close(other.weight.grad, linear.weight.grad, rtol=0, atol=0)
+    assert_same_linear_gradients(linear, packed_copy(linear), rtol=0, atol=0)
     bf16 = packed_copy(linear.to(torch.bfloat16))
     bf16(torch.randn(2, 8, dtype=torch.bfloat16, requires_grad=True)).sum().backward()
     assert bf16._packed is None and bf16.weight.grad is not None

@@ -10,7 +10,7 @@ from torch import nn
 
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.weight_major import MAX_ROWS, WeightMajorLinear, use_weight_major_linears
-from tests.spec.references import NOISE, hf_greedy, random_prompt
+from tests.spec.references import NOISE, assert_same_linear_gradients, hf_greedy, random_prompt
 from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 
 
@@ -44,14 +44,7 @@ def test_non_contiguous_input_gives_the_same_product():
 def test_gradients_equal_nn_linear():
     torch.manual_seed(0)
     linear = nn.Linear(8, 5)
-    other = weight_major_copy(linear)
-    x = torch.randn(3, 8, requires_grad=True)
-    x2 = x.detach().clone().requires_grad_()
-    (linear(x) ** 2).sum().backward()
-    (other(x2) ** 2).sum().backward()
-    torch.testing.assert_close(x2.grad, x.grad)
-    torch.testing.assert_close(other.weight.grad, linear.weight.grad)
-    torch.testing.assert_close(other.bias.grad, linear.bias.grad)
+    assert_same_linear_gradients(linear, weight_major_copy(linear))
 
 
 def test_only_float32_cpu_models_change():
