@@ -79,7 +79,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--output", default="outputs/bench_engine.json")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.packed_linears and args.dtype != "bfloat16":  # a float32 target keeps its weight-major products
+        ap.error(f"--packed_linears packs bf16 weights: it needs --dtype bfloat16, got --dtype {args.dtype}")
+    return args
 
 
 @torch.inference_mode()

@@ -52,3 +52,9 @@ def test_packed_linears_apply_to_every_method(tmp_path):
         return {r["method"]: r["alpha"] for r in result["rows"]}["osd.spec"]
 
     assert alpha(packed) == alpha(plain)
+
+
+def test_packed_linears_refuse_a_float32_target(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run(tmp_path, "--packed_linears")  # run() serves a float32 target
+    assert "--packed_linears packs bf16 weights" in capsys.readouterr().err

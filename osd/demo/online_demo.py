@@ -327,6 +327,10 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
+    if args.packed_linears and args.dtype != "bfloat16":  # a float32 target keeps its weight-major products
+        parser.error(
+            f"--packed_linears packs bf16 weights: it needs --dtype bfloat16, got --dtype {args.dtype}"
+        )
     start = time.perf_counter()
     args.tail = args.tail or tail_length(args.per_domain)  # the part of a block the recorded ceiling reports
     setup_wandb(args.report_to)

@@ -159,3 +159,9 @@ def test_packed_linears_serve_the_same_tokens_faster_kernels_alike(tmp_path):
             b["online"]["alpha"],
         )
         assert a["standard"]["target_tokens"] == b["standard"]["target_tokens"]
+
+
+def test_packed_linears_refuse_a_float32_target(capsys):
+    with pytest.raises(SystemExit):
+        main(["--packed_linears", "--dtype", "float32", "--output_dir", "unused"])
+    assert "--packed_linears packs bf16 weights: it needs --dtype bfloat16" in capsys.readouterr().err
