@@ -39,7 +39,7 @@ from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import DEMO, add_gamma_flag
-from osd.spec.packed_linear import use_packed_linears
+from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
 from osd.spec.timing import machine, step_time, synchronize
 from osd.spec.weight_major import use_weight_major_linears
 
@@ -80,8 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--output", default="outputs/bench_engine.json")
     args = ap.parse_args(argv)
-    if args.packed_linears and args.dtype != "bfloat16":  # a float32 target keeps its weight-major products
-        ap.error(f"--packed_linears packs bf16 weights: it needs --dtype bfloat16, got --dtype {args.dtype}")
+    check_packed_dtype(ap, args)
     return args
 
 

@@ -64,7 +64,7 @@ from osd.plots import alpha_series, dataset_bands, plot_alpha, read_log
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
 from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
-from osd.spec.packed_linear import use_packed_linears
+from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
 from osd.spec.timing import machine, step_time
 from osd.streams import abrupt_stream
 from osd.user_errors import run_main
@@ -327,10 +327,7 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
-    if args.packed_linears and args.dtype != "bfloat16":  # a float32 target keeps its weight-major products
-        parser.error(
-            f"--packed_linears packs bf16 weights: it needs --dtype bfloat16, got --dtype {args.dtype}"
-        )
+    check_packed_dtype(parser, args)
     start = time.perf_counter()
     args.tail = args.tail or tail_length(args.per_domain)  # the part of a block the recorded ceiling reports
     setup_wandb(args.report_to)

@@ -15,6 +15,8 @@ the target alone as much as speculative decoding, so apply it to the target-only
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 from torch import nn
 
@@ -73,3 +75,12 @@ def use_packed_linears(model: nn.Module) -> int:
     if first is None or first.device.type != "cpu" or not packing_available():
         return 0
     return retype_plain_linears(model, PackedLinear)
+
+
+def check_packed_dtype(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A script's `--packed_linears` with a target `--dtype` other than bf16 is a usage error: a float32 target
+    keeps its weight-major products instead."""
+    if args.packed_linears and args.dtype != "bfloat16":
+        parser.error(
+            f"--packed_linears packs bf16 weights: it needs --dtype bfloat16, got --dtype {args.dtype}"
+        )
