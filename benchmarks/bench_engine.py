@@ -40,7 +40,7 @@ from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import DEMO, add_gamma_flag
 from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
-from osd.spec.timing import machine, step_time, synchronize
+from osd.spec.timing import draft_step_time, machine, step_time, synchronize
 from osd.spec.weight_major import use_weight_major_linears
 
 
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     context = int(statistics.median(p.shape[1] for p in prompts)) + args.max_new_tokens // 2
     target_step = step_time(target, context)
-    c = step_time(draft, context) / target_step
+    c = draft_step_time(draft, context) / target_step
     verify_cost = step_time(target, context, length=args.gamma + 1) / target_step
     base_tps = base_tokens / base_s
     measured = stats.tokens_per_s / base_tps

@@ -27,7 +27,7 @@ from osd.cost_model import speedup_measured_verify
 from osd.models import SERVING_DTYPES
 from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.timing import machine, step_time
+from osd.spec.timing import draft_step_time, machine, step_time
 from osd.spec.weight_major import use_weight_major_linears
 
 
@@ -60,7 +60,7 @@ def random_model(folder: str, dtype: torch.dtype, device: str) -> PreTrainedMode
 def costs(target: PreTrainedModel, draft: PreTrainedModel, context: int, max_gamma: int) -> dict[str, object]:
     """Step times (ms), c, and the verification cost of k + 1 tokens for k = 1..max_gamma (target steps)."""
     target_s = step_time(target, context)
-    draft_s = step_time(draft, context)
+    draft_s = draft_step_time(draft, context)
     verify = {k: step_time(target, context, length=k + 1) / target_s for k in range(1, max_gamma + 1)}
     return {
         "target_ms": 1e3 * target_s,

@@ -17,16 +17,17 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.timing import step_time
+from osd.spec.timing import draft_step_time, step_time
 
 
 def cost_ratio(
     draft: PreTrainedModel, target: PreTrainedModel, context: int = 64, **timing: int
 ) -> tuple[float, float, float]:
-    """(c, draft step seconds, target step seconds); the draft as it serves, with its sub-vocabulary head
-    when its config names one (`osd.spec.draft_vocab`). timing: `step_time`'s reps and rounds."""
+    """(c, draft step seconds, target step seconds); the draft as the engine serves it (its sub-vocabulary head
+    when its config names one, `osd.spec.draft_vocab`; the lean Llama step where it applies,
+    `osd.spec.timing.draft_step_time`). timing: `step_time`'s reps and rounds."""
     t_draft, t_target = (
-        step_time(apply_draft_vocab(draft), context, **timing),
+        draft_step_time(apply_draft_vocab(draft), context, **timing),
         step_time(target, context, **timing),
     )
     return t_draft / t_target, t_draft, t_target

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedModel
 
 from osd.cost_model import expected_tokens_per_step
-from osd.spec.timing import step_time
+from osd.spec.timing import draft_step_time, step_time
 
 
 @dataclass
@@ -151,7 +151,13 @@ class GammaPolicy:
             # a batch of B > 1 prompts is padded to a common length: its attention runs with a mask
             timed = {"context": self.context, "reps": 5, "rounds": 2, "batch": batch, "padded": batch > 1}
             verify = [step_time(target, length=k + 1, **timed) for k in range(self.max_gamma + 1)]
-            self.set_costs(batch, step_time(draft, **timed), verify)
+            # B = 1: the draft step as the engine takes it (the lean Llama step where it applies)
+            draft_s = (
+                draft_step_time(draft, self.context, reps=5, rounds=2)
+                if batch == 1
+                else step_time(draft, **timed)
+            )
+            self.set_costs(batch, draft_s, verify)
         return self.costs[batch]
 
     def choose(self, draft: PreTrainedModel, target: PreTrainedModel, batch: int = 1) -> int:

@@ -26,6 +26,7 @@ from osd.spec.batched import decode_batch
 from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import AUTO, DEFAULT, Gamma, parse_gamma
+from osd.spec.llama_draft import LlamaDraftCache, draft_cache
 from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import accept_reject, acceptance_probability, greedy, logits_to_probs, sample
 from osd.spec.weight_major import use_weight_major_linears
@@ -55,10 +56,13 @@ class SpeculativeDecoder:
         target_model: PreTrainedModel,
         gamma: Gamma = DEFAULT,
         policy: GammaPolicy | None = None,
+        lean_draft: bool = True,
     ) -> None:
         """gamma: draft tokens per step (0: plain target decoding through this engine, a baseline), or
         "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
-        estimate and measured costs across decoders)."""
+        estimate and measured costs across decoders). lean_draft: a Llama draft steps through
+        `osd.spec.llama_draft` (the same logits, without HF's per-call machinery) where it can; False: always
+        through HF's forward."""
         gamma = parse_gamma(gamma, "gamma")
         if gamma == AUTO:
             policy = policy or GammaPolicy()
@@ -84,6 +88,7 @@ class SpeculativeDecoder:
         # and whose weights a trainer may be updating (its products would round otherwise than in training)
         use_weight_major_linears(target_model)
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
+        self.lean_draft = lean_draft
         self.vocab_size = min(v_draft, v_target)
         # ids the prompt may hold: rows of both input embeddings
         self.num_input_ids = min(
@@ -120,7 +125,10 @@ class SpeculativeDecoder:
         (prefix,) = self._prefixes([input_ids[0].tolist()])
         budget = self._budget(prefix, max_new_tokens)
         encoder_ids = input_ids if self.is_encoder_decoder else None
-        draft, target = CachedModel(self.draft, encoder_ids), CachedModel(self.target, encoder_ids)
+        draft = (
+            draft_cache(self.draft, encoder_ids) if self.lean_draft else CachedModel(self.draft, encoder_ids)
+        )
+        target = CachedModel(self.target, encoder_ids)
         record, times, eos = (
             SequenceRecord(prefix, len(prefix), return_target_logits),
             StepTimes(),
@@ -207,7 +215,7 @@ class SpeculativeDecoder:
     def _step(
         self,
         s: SequenceRecord,
-        draft: CachedModel,
+        draft: CachedModel | LlamaDraftCache,
         target: CachedModel,
         times: StepTimes,
         remaining: int,
@@ -266,7 +274,7 @@ class SpeculativeDecoder:
 
     def _propose(
         self,
-        draft: CachedModel,
+        draft: CachedModel | LlamaDraftCache,
         tokens: list[int],
         k: int,
         temperature: float,

@@ -54,6 +54,7 @@ class PackedLinear(nn.Linear):
             or w.dtype != torch.bfloat16
             or x.dtype != w.dtype
             or w.device.type != "cpu"
+            or w.is_inference()  # made under inference mode: no version counter to repack by
         ):
             return super().forward(x)
         key = (w.data_ptr(), w._version)

@@ -14,6 +14,8 @@ import time
 import torch
 from transformers import PreTrainedModel
 
+from osd.spec.llama_draft import LlamaDraftCache, supports_lean_step
+
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued CUDA work, so that wall-clock timings are honest (no-op on the CPU)."""
@@ -62,6 +64,31 @@ def step_time(
             synchronize(device)
             times.append(time.perf_counter() - start)
             cache.crop(-length)  # transformers 5: drop the tokens just appended, keep the context fixed
+        best = min(best, statistics.median(times))
+    return best
+
+
+@torch.inference_mode()
+def draft_step_time(model: PreTrainedModel, context: int = 64, reps: int = 30, rounds: int = 5) -> float:
+    """Seconds for one draft step as the B = 1 engine takes it: the lean step of `osd.spec.llama_draft` where it
+    applies, else HF's forward (`step_time`). A sub-vocabulary head counts as installed (`apply_draft_vocab`)."""
+    if not supports_lean_step(model):
+        return step_time(model, context, reps=reps, rounds=rounds)
+    device = model.device
+    ids = torch.randint(4, model.config.vocab_size, (1, context + 1), device=device)  # [1, T + 1]
+    cache = LlamaDraftCache(model)
+    cache.forward(ids[:, :context], 1)
+    cache.forward(ids[:, context:], 1)  # untimed, as in step_time
+    best = float("inf")
+    for _ in range(rounds):
+        times = []
+        for _ in range(reps):
+            cache.crop(context)
+            synchronize(device)
+            start = time.perf_counter()
+            cache.forward(ids[:, context:], 1)
+            synchronize(device)
+            times.append(time.perf_counter() - start)
         best = min(best, statistics.median(times))
     return best
 

@@ -1,0 +1,257 @@
+"""A lean KV-cached decode step for small Llama drafts: the engine's draft path on them (`draft_cache`).
+
+Why. A small draft's products are a fraction of its step under HF's forward: the demo draft (2 layers x 256,
+an 8192-row head, bf16, one thread) spends about 0.3 ms of its 1.0 ms step in them, the rest in HF's per-call
+machinery (mask and position set-up, the dynamic cache's concatenations, the attention dispatch). Inside the
+engine, where each verification has evicted the draft's weights, its three steps took 4.2 ms against a
+30-35 ms verification (benchmarks/results/general_draft/LOG.md, section 41).
+
+What. `LlamaDraftCache` computes what `LlamaForCausalLM.forward` computes, with
+- one KV cache per layer preallocated ([kv heads, capacity, head dim], grown by doubling; a crop only moves
+  the length);
+- the q/k/v products fused into one, and the gate/up products into one (concatenated weights);
+- the RoPE frequencies of the model's own rotary embedding;
+- on a CPU with oneDNN's bf16 kernels, bf16 weights packed once (as `osd.spec.packed_linear`: the same
+  products, without the per-call reorder);
+- the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere.
+Its logits equal HF's (tests compare them, and the engine's tokens, on random Llama drafts); only the draft's
+step changes: the target's products, and so every target-only baseline, are HF's own.
+
+The weights are derived from the model's parameters once per model (`_derived_weights`, cached while no
+parameter has changed: an online trainer's refresh of its serving copy, in place, is seen by the version
+counters) and shared by every sequence the engine decodes. Anything `supports_lean_step` refuses (other
+families, biases, dynamic RoPE, gradients) keeps `CachedModel`, i.e. HF's forward.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaForCausalLM, PreTrainedModel
+
+from osd.spec.cached_model import CachedModel
+from osd.spec.draft_vocab import SubVocabHead, full_vocab_logits
+from osd.spec.packed_linear import packing_available
+
+INITIAL_CAPACITY = 256  # cached positions allocated at first; doubled when a sequence outgrows them
+
+
+def supports_lean_step(model: PreTrainedModel) -> bool:
+    """Whether `model` is a Llama causal LM the lean step computes exactly: no biases, SiLU MLP, a RoPE whose
+    frequencies do not depend on the sequence length."""
+    if type(model) is not LlamaForCausalLM:
+        return False
+    config = model.config
+    head = model.get_output_embeddings()
+    rope_type = getattr(model.model.rotary_emb, "rope_type", "default")
+    return (
+        not config.attention_bias
+        and not config.mlp_bias
+        and config.hidden_act == "silu"
+        and rope_type not in ("dynamic", "longrope")
+        and getattr(head, "bias", None) is None
+    )
+
+
+def draft_cache(
+    model: PreTrainedModel, encoder_input_ids: torch.Tensor | None
+) -> CachedModel | LlamaDraftCache:
+    """The draft's cache for one sequence: the lean step where `supports_lean_step`, else HF's forward."""
+    if encoder_input_ids is None and supports_lean_step(model):
+        return LlamaDraftCache(model)
+    return CachedModel(model, encoder_input_ids)
+
+
+@dataclass
+class _Layer:
+    input_norm: torch.Tensor  # [H]
+    qkv: torch.Tensor  # [(heads + 2 kv heads) * D, H], or its packed form
+    o: torch.Tensor  # [H, heads * D]
+    post_norm: torch.Tensor  # [H]
+    gate_up: torch.Tensor  # [2 I, H]
+    down: torch.Tensor  # [H, I]
+
+
+@dataclass
+class _Weights:
+    key: tuple[tuple[int, int], ...] | None  # `_parameter_key` of the parameters they were derived from
+    packed: bool  # products through oneDNN's packed weights
+    embed: torch.Tensor  # [V, H]
+    layers: list[_Layer]
+    norm: torch.Tensor  # [H]
+    head: torch.Tensor  # [V' or V, H]
+    head_ids: torch.Tensor | None  # [V'] of a sub-vocabulary head
+    vocab_size: int  # V
+    inv_freq: torch.Tensor  # [D / 2] float32
+    rope_scaling: float
+
+
+_derived: weakref.WeakKeyDictionary[PreTrainedModel, _Weights] = weakref.WeakKeyDictionary()
+
+
+def _parameter_key(model: PreTrainedModel) -> tuple[tuple[int, int], ...] | None:
+    """(data pointer, version) of every parameter; None where one was made under inference mode (it keeps no
+    version counter), so that the weights are derived again for every sequence."""
+    params = list(model.parameters())
+    if any(p.is_inference() for p in params):
+        return None
+    return tuple((p.data_ptr(), p._version) for p in params)
+
+
+def _derived_weights(model: LlamaForCausalLM) -> _Weights:
+    """The lean step's weights of `model`: reused while its parameters are unchanged, else derived again."""
+    key = _parameter_key(model)
+    cached = _derived.get(model)
+    if cached is not None and key is not None and cached.key == key:
+        return cached
+    head = model.get_output_embeddings()
+    embed = model.get_input_embeddings().weight
+    packed = embed.device.type == "cpu" and embed.dtype == torch.bfloat16 and packing_available()
+
+    def product(weight: torch.Tensor) -> torch.Tensor:
+        weight = weight.contiguous()
+        return torch.ops.mkldnn._reorder_linear_weight(weight, 1) if packed else weight
+
+    with torch.no_grad():
+        layers = [
+            _Layer(
+                input_norm=layer.input_layernorm.weight,
+                qkv=product(
+                    torch.cat(
+                        [
+                            layer.self_attn.q_proj.weight,
+                            layer.self_attn.k_proj.weight,
+                            layer.self_attn.v_proj.weight,
+                        ]
+                    )
+                ),
+                o=product(layer.self_attn.o_proj.weight),
+                post_norm=layer.post_attention_layernorm.weight,
+                gate_up=product(torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])),
+                down=product(layer.mlp.down_proj.weight),
+            )
+            for layer in model.model.layers
+        ]
+        head_ids = head.token_ids if isinstance(head, SubVocabHead) else None
+        rows = head.weight if head_ids is None else head.weight.index_select(0, head_ids)
+        weights = _Weights(
+            key=key,
+            packed=packed,
+            embed=embed,
+            layers=layers,
+            norm=model.model.norm.weight,
+            head=product(rows),
+            head_ids=head_ids,
+            vocab_size=head.weight.shape[0],
+            inv_freq=model.model.rotary_emb.inv_freq.float(),
+            rope_scaling=float(model.model.rotary_emb.attention_scaling),
+        )
+    _derived[model] = weights
+    return weights
+
+
+class LlamaDraftCache:
+    """A Llama draft with its KV cache over the committed sequence; `CachedModel`'s interface (forward, crop,
+    len), computed by the lean step (module docstring)."""
+
+    def __init__(self, model: LlamaForCausalLM) -> None:
+        config = model.config
+        self.model = model
+        self.w = _derived_weights(model)
+        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = model.model.layers[0].self_attn.scaling
+        self.eps = config.rms_norm_eps
+        self.length = 0
+        self.keys = self.values = torch.empty(
+            0
+        )  # [layers, kv heads, capacity, D], allocated at the first forward
+
+    @property
+    def device(self) -> torch.device:
+        return self.w.embed.device
+
+    def __len__(self) -> int:
+        return self.length
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` cached positions."""
+        self.length = min(self.length, length)
+
+    def forward(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        """Feed tokens [1, n] after the cache; return the last num_logits rows of logits [num_logits, V]."""
+        tokens = tokens.to(self.device)[0]  # [n]
+        n = tokens.numel()
+        start, end = self.length, self.length + n
+        self._reserve(end)
+        cos, sin = self._rope(start, end)  # [n, D] each
+        mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
+        h = F.embedding(tokens, self.w.embed)  # [n, H]
+        for i, layer in enumerate(self.w.layers):
+            qkv = self._linear(self._rms_norm(h, layer.input_norm), layer.qkv)  # [n, (heads + 2 kv) * D]
+            qkv = qkv.view(n, -1, self.head_dim).transpose(0, 1)  # [heads + 2 kv, n, D]
+            q, k, v = qkv.split([self.num_heads, self.num_kv_heads, self.num_kv_heads])
+            self.keys[i, :, start:end] = _rotate(k, cos, sin)
+            self.values[i, :, start:end] = v
+            keys, values = self.keys[i, :, :end], self.values[i, :, :end]  # [kv heads, end, D]
+            if self.num_kv_heads != self.num_heads:
+                groups = self.num_heads // self.num_kv_heads
+                keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
+            attn = F.scaled_dot_product_attention(
+                _rotate(q, cos, sin)[None], keys[None], values[None], attn_mask=mask, scale=self.scale
+            )  # [1, heads, n, D]
+            h = h + self._linear(attn[0].transpose(0, 1).reshape(n, -1), layer.o)
+            gate, up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up).chunk(
+                2, dim=-1
+            )  # [n, I]
+            h = h + self._linear(F.silu(gate) * up, layer.down)
+        self.length = end
+        logits = self._linear(
+            self._rms_norm(h[-num_logits:], self.w.norm), self.w.head
+        )  # [num_logits, V' or V]
+        if self.w.head_ids is None:
+            return logits
+        return full_vocab_logits(logits, self.w.head_ids, self.w.vocab_size)
+
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x [n, in] @ weight.T -> [n, out]."""
+        if self.w.packed:
+            return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+        return F.linear(x, weight)
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """LlamaRMSNorm: normalised in float32, scaled in the input's dtype."""
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * x32.to(x.dtype)
+
+    def _rope(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [end - start, D] at positions start..end - 1, as LlamaRotaryEmbedding computes them."""
+        positions = torch.arange(start, end, device=self.device, dtype=torch.float32)
+        freqs = positions[:, None] * self.w.inv_freq.to(self.device)  # [n, D / 2]
+        angles = torch.cat([freqs, freqs], dim=-1)
+        dtype = self.w.embed.dtype
+        return (angles.cos() * self.w.rope_scaling).to(dtype), (angles.sin() * self.w.rope_scaling).to(dtype)
+
+    def _reserve(self, length: int) -> None:
+        """Room for `length` cached positions (the cached ones kept)."""
+        capacity = self.keys.shape[2] if self.keys.dim() == 4 else 0
+        if length <= capacity:
+            return
+        new_capacity = max(INITIAL_CAPACITY, 2 * capacity, length)
+        shape = (len(self.w.layers), self.num_kv_heads, new_capacity, self.head_dim)
+        keys = torch.empty(shape, dtype=self.w.embed.dtype, device=self.device)
+        values = torch.empty_like(keys)
+        if capacity:
+            keys[:, :, : self.length] = self.keys[:, :, : self.length]
+            values[:, :, : self.length] = self.values[:, :, : self.length]
+        self.keys, self.values = keys, values
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE of x [heads, n, D] with cos and sin [n, D] (HF's apply_rotary_pos_emb)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin

@@ -1,0 +1,161 @@
+"""The lean Llama draft step: HF's logits, its cache kept through crops and growth, its weights following
+in-place updates, and the engine's output unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from osd.spec import llama_draft
+from osd.spec.cached_model import CachedModel
+from osd.spec.decoder import SpeculativeDecoder
+from osd.spec.draft_vocab import set_draft_vocab
+from osd.spec.llama_draft import LlamaDraftCache, draft_cache, supports_lean_step
+from osd.spec.timing import draft_step_time
+from tests.spec.references import NOISE, hf_greedy, random_prompt
+from tests.tiny_models import VOCAB, draft_from_target, tiny_llama, tiny_model
+
+# bf16: one product over concatenated weights may round otherwise than three apart on some CPUs
+TOLERANCE = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}
+
+
+def draft_variants() -> dict[str, torch.nn.Module]:
+    return {
+        "llama": tiny_llama(seed=1, initializer_range=0.3),
+        "grouped-query": tiny_llama(seed=2, kv_heads=2, initializer_range=0.3),
+        "untied, 3 layers": tiny_llama(layers=3, seed=3, tie_word_embeddings=False, initializer_range=0.3),
+        "sub-vocabulary head": set_draft_vocab(tiny_llama(seed=4, initializer_range=0.3), range(2, VOCAB, 2)),
+        "rope theta 500": tiny_llama(seed=5, rope_parameters={"rope_type": "default", "rope_theta": 500.0}),
+    }
+
+
+def feeds(seed: int = 0) -> list[tuple[torch.Tensor, int]]:
+    """The engine's kind of calls: a prompt, then 1-3 tokens at a time, with crops (0: none) before some."""
+    g = torch.Generator().manual_seed(seed)
+    calls = [(torch.randint(3, VOCAB, (1, 9), generator=g), 0)]
+    for i in range(40):
+        calls.append((torch.randint(3, VOCAB, (1, 1 + i % 3), generator=g), 2 if i % 5 == 4 else 0))
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(draft_variants()))
+@torch.inference_mode()
+def test_logits_equal_hf_forward_through_crops_and_growth(name, dtype, monkeypatch):
+    monkeypatch.setattr(
+        llama_draft, "INITIAL_CAPACITY", 8
+    )  # the 9-token prompt and later steps grow the cache
+    model = draft_variants()[name].to(dtype)
+    assert supports_lean_step(model)
+    hf, lean = CachedModel(model, None), LlamaDraftCache(model)
+    for tokens, drop in feeds():
+        if drop:
+            hf.crop(len(hf) - drop)
+            lean.crop(len(lean) - drop)
+        num_logits = min(2, tokens.shape[1])
+        expected, got = hf.forward(tokens, num_logits), lean.forward(tokens, num_logits)
+        assert got.shape == expected.shape == (num_logits, VOCAB) and got.dtype == expected.dtype
+        torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
+        assert len(lean) == len(hf)
+    assert lean.keys.shape[2] >= len(lean) > 8
+
+
+@torch.inference_mode()
+def test_a_sub_vocabulary_head_gives_minus_infinity_outside_its_tokens():
+    model = set_draft_vocab(tiny_llama(seed=4), [3, 5, 7, EOS_ID := 2])
+    logits = LlamaDraftCache(model).forward(random_prompt(), 1)  # [1, V]
+    inside = torch.tensor([2, 3, 5, 7])
+    assert torch.isfinite(logits[0, inside]).all()
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[inside] = False
+    assert torch.isneginf(logits[0, outside]).all()
+    assert int(logits.argmax()) in (3, 5, 7, EOS_ID)
+
+
+def test_weights_follow_an_in_place_update_and_are_shared_while_unchanged():
+    model = tiny_llama(seed=1)  # made outside inference mode, as loaded models are
+    prompt = random_prompt()
+    with torch.inference_mode():
+        first = LlamaDraftCache(model)
+        assert LlamaDraftCache(model).w is first.w  # derived once, shared by every sequence
+        before = first.forward(prompt, 1)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(
+            -1.5
+        )  # as an optimizer step or a serving-copy refresh
+    with torch.inference_mode():
+        cache = LlamaDraftCache(model)
+        assert cache.w is not first.w
+        after = cache.forward(prompt, 1)
+        expected = CachedModel(model, None).forward(prompt, 1)
+    assert not torch.allclose(after, before)
+    torch.testing.assert_close(after, expected, atol=1e-5, rtol=1e-5)
+
+
+@torch.inference_mode()
+def test_a_model_made_under_inference_mode_is_derived_again_for_each_sequence():
+    model = tiny_llama(seed=1)  # inference tensors: no version counters to tell an update by
+    first = LlamaDraftCache(model)
+    assert first.w.key is None and LlamaDraftCache(model).w is not first.w
+    prompt = random_prompt()
+    model.model.layers[0].self_attn.v_proj.weight.mul_(2.0)
+    torch.testing.assert_close(
+        LlamaDraftCache(model).forward(prompt, 1),
+        CachedModel(model, None).forward(prompt, 1),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_other_models_keep_hf_forward():
+    assert isinstance(draft_cache(tiny_llama(), None), LlamaDraftCache)
+    refused = {
+        "mistral": tiny_model("mistral", layers=2),
+        "gpt2": tiny_model("gpt2", layers=2),
+        "attention bias": tiny_llama(attention_bias=True),
+        "mlp bias": tiny_llama(mlp_bias=True),
+        "gelu": tiny_llama(hidden_act="gelu"),
+        "dynamic rope": tiny_llama(
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}
+        ),
+    }
+    for name, model in refused.items():
+        assert not supports_lean_step(model), name
+        assert type(draft_cache(model, None)) is CachedModel, name
+    t5 = tiny_model("t5", layers=2)
+    assert type(draft_cache(t5, torch.tensor([[3, 4, 2]]))) is CachedModel
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_engine_tokens_equal_hf_generate_and_the_hf_draft_path(gamma):
+    target = tiny_model("llama", layers=3)
+    draft = draft_from_target(target, NOISE["llama"])
+    prompt = random_prompt(7)
+    lean = SpeculativeDecoder(draft, target, gamma=gamma).generate(prompt, max_new_tokens=40)
+    hf = SpeculativeDecoder(draft, target, gamma=gamma, lean_draft=False).generate(prompt, max_new_tokens=40)
+    assert lean.generated_ids.tolist() == hf.generated_ids.tolist() == hf_greedy(target, prompt, 40).tolist()
+    assert lean.accepted_lengths == hf.accepted_lengths  # the draft proposed the same tokens
+    assert 0 < sum(lean.accepted_lengths) < len(lean.accepted_lengths) * gamma  # some accepted, some not
+
+
+def test_sampled_output_equals_the_hf_draft_path_with_the_same_generator():
+    target = tiny_model("llama", layers=3)
+    draft = draft_from_target(target, NOISE["llama"])
+    prompt = random_prompt(5)
+    outputs = [
+        SpeculativeDecoder(draft, target, gamma=3, lean_draft=lean).generate(
+            prompt, max_new_tokens=30, temperature=1.0, generator=torch.Generator().manual_seed(7)
+        )
+        for lean in (True, False)
+    ]
+    assert outputs[0].generated_ids.tolist() == outputs[1].generated_ids.tolist()
+    assert outputs[0].accepted_lengths == outputs[1].accepted_lengths
+
+
+def test_draft_step_time_times_the_lean_step():
+    model = tiny_llama(seed=1)
+    seconds = draft_step_time(model, context=16, reps=3, rounds=1)
+    assert 0 < seconds < 1
+    assert isinstance(
+        llama_draft._derived.get(model), llama_draft._Weights
+    )  # the lean step derived its weights
