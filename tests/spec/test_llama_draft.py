@@ -12,6 +12,7 @@ from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.draft_vocab import set_draft_vocab
 from osd.spec.llama_draft import LlamaDraftCache, draft_cache, supports_lean_step
 from osd.spec.timing import draft_step_time
+from tests.devices import DEVICES, on_device
 from tests.spec.references import NOISE, hf_greedy, random_prompt
 from tests.tiny_models import VOCAB, draft_from_target, tiny_llama, tiny_model
 
@@ -38,21 +39,23 @@ def feeds(seed: int = 0) -> list[tuple[torch.Tensor, int]]:
     return calls
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(draft_variants()))
 @torch.inference_mode()
-def test_logits_equal_hf_forward_through_crops_and_growth(name, dtype, monkeypatch):
-    monkeypatch.setattr(
-        llama_draft, "INITIAL_CAPACITY", 8
-    )  # the 9-token prompt and later steps grow the cache
-    model = draft_variants()[name].to(dtype)
+def test_logits_equal_hf_forward_through_crops_and_growth(name, dtype, device, monkeypatch):
+    # the 9-token prompt and later steps grow the cache
+    monkeypatch.setattr(llama_draft, "INITIAL_CAPACITY", 8)
+    model = draft_variants()[name].to(device, dtype)
     assert supports_lean_step(model)
     hf, lean = CachedModel(model, None), LlamaDraftCache(model)
+    assert lean.device.type == device
     for tokens, drop in feeds():
         if drop:
             hf.crop(len(hf) - drop)
             lean.crop(len(lean) - drop)
         num_logits = min(2, tokens.shape[1])
+        tokens = tokens.to(device)
         expected, got = hf.forward(tokens, num_logits), lean.forward(tokens, num_logits)
         assert got.shape == expected.shape == (num_logits, VOCAB) and got.dtype == expected.dtype
         torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
@@ -126,11 +129,12 @@ def test_other_models_keep_hf_forward():
     assert type(draft_cache(t5, torch.tensor([[3, 4, 2]]))) is CachedModel
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gamma", [1, 3, 5])
-def test_engine_tokens_equal_hf_generate_and_the_hf_draft_path(gamma):
+def test_engine_tokens_equal_hf_generate_and_the_hf_draft_path(gamma, device):
     target = tiny_model("llama", layers=3)
-    draft = draft_from_target(target, NOISE["llama"])
-    prompt = random_prompt(7)
+    draft, target = on_device(device, draft_from_target(target, NOISE["llama"]), target)
+    prompt = random_prompt(7).to(device)
     lean = SpeculativeDecoder(draft, target, gamma=gamma).generate(prompt, max_new_tokens=40)
     hf = SpeculativeDecoder(draft, target, gamma=gamma, lean_draft=False).generate(prompt, max_new_tokens=40)
     assert lean.generated_ids.tolist() == hf.generated_ids.tolist() == hf_greedy(target, prompt, 40).tolist()
