@@ -182,3 +182,30 @@ def test_default_python_is_the_project_venv(tmp_path):
     venv = ROOT / ".venv" / "bin" / "python"
     assert python == (str(venv) if os.access(venv, os.X_OK) else "python")
     assert path == str(ROOT)  # `-m osd.train` imports this checkout from any directory
+
+
+def test_bench_online_drafts_records_replays_and_benches_each_domain_and_resumes(tmp_path, stub):
+    elsewhere = tmp_path / "elsewhere"
+    out = elsewhere / "run"
+    (out / "drafts").mkdir(parents=True)
+    (out / "rec_sql.safetensors").touch()  # sql's recording and replay done by an earlier run
+    (out / "replay_sql.json").touch()
+    (out / "rec_math.jsonl").touch()  # math's recording killed before its tensors: recorded again
+    result = run_script("online/bench_online_drafts.sh", ["run"], elsewhere, stub, QUERIES="12", TOKENS="8")
+    assert result.returncode == 0, result.stderr
+    runs = calls(tmp_path)
+    assert {c["cwd"] for c in runs} == {str(ROOT)}
+    records = {
+        flag(c["argv"], "--conversations"): c["argv"] for c in runs if "osd.analysis.record" in c["argv"]
+    }
+    assert sorted(records) == [f"data/local/{d}_train.json" for d in ("code", "finance", "math")]
+    assert all(flag(a, "--limit") == "12" and flag(a, "--max_new_tokens") == "8" for a in records.values())
+    replays = [c["argv"] for c in runs if "osd.analysis.online_replay" in c["argv"]]
+    assert sorted(flag(a, "--save_draft") for a in replays) == [
+        str(out / "drafts" / d) for d in ("code", "finance", "math")
+    ]
+    assert all(flag(a, "--learning_rate") == "1e-4" and flag(a, "--steps_per_update") == "4" for a in replays)
+    (bench,) = [c["argv"] for c in runs if "benchmarks/bench_engine.py" in c["argv"]]
+    assert runs[-1]["argv"] == bench  # after every draft
+    assert flag(bench, "--data_drafts") == str(out / "drafts" / "{domain}")
+    assert flag(bench, "--output") == str(out / "bench_engine.json")
