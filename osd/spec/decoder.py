@@ -125,10 +125,10 @@ class SpeculativeDecoder:
         (prefix,) = self._prefixes([input_ids[0].tolist()])
         budget = self._budget(prefix, max_new_tokens)
         encoder_ids = input_ids if self.is_encoder_decoder else None
-        draft = (
-            draft_cache(self.draft, encoder_ids) if self.lean_draft else CachedModel(self.draft, encoder_ids)
+        draft, target = (
+            draft_cache(self.draft, encoder_ids, self.lean_draft),
+            CachedModel(self.target, encoder_ids),
         )
-        target = CachedModel(self.target, encoder_ids)
         record, times, eos = (
             SequenceRecord(prefix, len(prefix), return_target_logits),
             StepTimes(),

@@ -57,10 +57,11 @@ def supports_lean_step(model: PreTrainedModel) -> bool:
 
 
 def draft_cache(
-    model: PreTrainedModel, encoder_input_ids: torch.Tensor | None
+    model: PreTrainedModel, encoder_input_ids: torch.Tensor | None, lean: bool = True
 ) -> CachedModel | LlamaDraftCache:
-    """The draft's cache for one sequence: the lean step where `supports_lean_step`, else HF's forward."""
-    if encoder_input_ids is None and supports_lean_step(model):
+    """The draft's cache for one sequence: the lean step where `lean` and `supports_lean_step`, else HF's
+    forward."""
+    if lean and encoder_input_ids is None and supports_lean_step(model):
         return LlamaDraftCache(model)
     return CachedModel(model, encoder_input_ids)
 

@@ -10,6 +10,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedModel
@@ -51,19 +52,32 @@ def step_time(
         mask = torch.ones_like(ids)  # [B, T + L]
         mask[::2, 0] = 0
         kwargs = {"attention_mask": mask, "position_ids": (mask.cumsum(1) - 1)[:, context:]}
-    # untimed: the first call of a new shape pays one-off setup
-    model(new, past_key_values=cache, use_cache=True, **kwargs)
-    cache.crop(-length)
+    return _best_median(
+        lambda: model(new, past_key_values=cache, use_cache=True, **kwargs),
+        lambda: cache.crop(-length),  # transformers 5: drop the tokens just appended, keep the context fixed
+        device,
+        reps,
+        rounds,
+    )
+
+
+def _best_median(
+    call: Callable[[], object], reset: Callable[[], None], device: torch.device, reps: int, rounds: int
+) -> float:
+    """The best over `rounds` of the median seconds of `reps` calls, each followed by an untimed `reset`; one
+    untimed call first (the first call of a new shape pays one-off setup)."""
+    call()
+    reset()
     best = float("inf")
     for _ in range(rounds):
         times = []
         for _ in range(reps):
             synchronize(device)
             start = time.perf_counter()
-            model(new, past_key_values=cache, use_cache=True, **kwargs)
+            call()
             synchronize(device)
             times.append(time.perf_counter() - start)
-            cache.crop(-length)  # transformers 5: drop the tokens just appended, keep the context fixed
+            reset()
         best = min(best, statistics.median(times))
     return best
 
@@ -71,26 +85,16 @@ def step_time(
 @torch.inference_mode()
 def draft_step_time(model: PreTrainedModel, context: int = 64, reps: int = 30, rounds: int = 5) -> float:
     """Seconds for one draft step as the B = 1 engine takes it: the lean step of `osd.spec.llama_draft` where it
-    applies, else HF's forward (`step_time`). A sub-vocabulary head counts as installed (`apply_draft_vocab`)."""
+    applies, else HF's forward (`step_time`). The model is timed as it is: install a saved sub-vocabulary head
+    first (`apply_draft_vocab`), as the engine does."""
     if not supports_lean_step(model):
         return step_time(model, context, reps=reps, rounds=rounds)
-    device = model.device
-    ids = torch.randint(4, model.config.vocab_size, (1, context + 1), device=device)  # [1, T + 1]
+    ids = torch.randint(4, model.config.vocab_size, (1, context + 1), device=model.device)  # [1, T + 1]
     cache = LlamaDraftCache(model)
     cache.forward(ids[:, :context], 1)
-    cache.forward(ids[:, context:], 1)  # untimed, as in step_time
-    best = float("inf")
-    for _ in range(rounds):
-        times = []
-        for _ in range(reps):
-            cache.crop(context)
-            synchronize(device)
-            start = time.perf_counter()
-            cache.forward(ids[:, context:], 1)
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-        best = min(best, statistics.median(times))
-    return best
+    return _best_median(
+        lambda: cache.forward(ids[:, context:], 1), lambda: cache.crop(context), model.device, reps, rounds
+    )
 
 
 def machine(device: torch.device | str = "cpu") -> dict[str, object]:
