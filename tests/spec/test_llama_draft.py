@@ -112,7 +112,9 @@ def test_a_model_made_under_inference_mode_is_derived_again_for_each_sequence():
 
 def test_other_models_keep_hf_forward():
     assert isinstance(draft_cache(tiny_llama(), None), LlamaDraftCache)
-    assert type(draft_cache(tiny_llama(), None, lean=False)) is CachedModel  # SpeculativeDecoder(lean_draft=False)
+    assert (
+        type(draft_cache(tiny_llama(), None, lean=False)) is CachedModel
+    )  # SpeculativeDecoder(lean_draft=False)
     refused = {
         "mistral": tiny_model("mistral", layers=2),
         "gpt2": tiny_model("gpt2", layers=2),
