@@ -56,10 +56,9 @@ class SubVocabHead(nn.Module):
         """weight[token_ids] [V', H]; cached while the weight is unchanged and no gradient is needed."""
         if torch.is_grad_enabled() and self.trained_rows:
             return self.trained_rows[0]
+        # (a weight made under inference mode keeps no version counter to cache by)
         if (torch.is_grad_enabled() and self.weight.requires_grad) or self.weight.is_inference():
-            return self.weight.index_select(
-                0, self.token_ids
-            )  # (an inference tensor keeps no version to cache by)
+            return self.weight.index_select(0, self.token_ids)
         key = (self.weight.data_ptr(), self.weight._version)
         if self._cached is None or self._cached[:2] != key or self._cached[2].dtype != self.weight.dtype:
             with torch.no_grad():

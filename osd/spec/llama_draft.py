@@ -34,7 +34,7 @@ from transformers import LlamaForCausalLM, PreTrainedModel
 
 from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import SubVocabHead, full_vocab_logits
-from osd.spec.packed_linear import packing_available
+from osd.spec.packed_linear import pack_weight, packed_product, packing_available
 
 INITIAL_CAPACITY = 256  # cached positions allocated at first; doubled when a sequence outgrows them
 
@@ -113,8 +113,7 @@ def _derived_weights(model: LlamaForCausalLM) -> _Weights:
     packed = embed.device.type == "cpu" and embed.dtype == torch.bfloat16 and packing_available()
 
     def product(weight: torch.Tensor) -> torch.Tensor:
-        weight = weight.contiguous()
-        return torch.ops.mkldnn._reorder_linear_weight(weight, 1) if packed else weight
+        return pack_weight(weight) if packed else weight.contiguous()
 
     with torch.no_grad():
         layers = [
@@ -160,16 +159,14 @@ class LlamaDraftCache:
 
     def __init__(self, model: LlamaForCausalLM) -> None:
         config = model.config
-        self.model = model
         self.w = _derived_weights(model)
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
         self.scale = model.model.layers[0].self_attn.scaling
         self.eps = config.rms_norm_eps
         self.length = 0
-        self.keys = self.values = torch.empty(
-            0
-        )  # [layers, kv heads, capacity, D], allocated at the first forward
+        # [layers, kv heads, capacity, D], allocated at the first forward
+        self.keys = self.values = torch.empty(0)
 
     @property
     def device(self) -> torch.device:
@@ -205,23 +202,19 @@ class LlamaDraftCache:
                 _rotate(q, cos, sin)[None], keys[None], values[None], attn_mask=mask, scale=self.scale
             )  # [1, heads, n, D]
             h = h + self._linear(attn[0].transpose(0, 1).reshape(n, -1), layer.o)
-            gate, up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up).chunk(
-                2, dim=-1
-            )  # [n, I]
+            gate_up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up)  # [n, 2 I]
+            gate, up = gate_up.chunk(2, dim=-1)
             h = h + self._linear(F.silu(gate) * up, layer.down)
         self.length = end
-        logits = self._linear(
-            self._rms_norm(h[-num_logits:], self.w.norm), self.w.head
-        )  # [num_logits, V' or V]
+        last = self._rms_norm(h[-num_logits:], self.w.norm)  # [num_logits, H]
+        logits = self._linear(last, self.w.head)  # [num_logits, V' or V]
         if self.w.head_ids is None:
             return logits
         return full_vocab_logits(logits, self.w.head_ids, self.w.vocab_size)
 
     def _linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [n, in] @ weight.T -> [n, out]."""
-        if self.w.packed:
-            return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
-        return F.linear(x, weight)
+        return packed_product(x, weight) if self.w.packed else F.linear(x, weight)
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """LlamaRMSNorm: normalised in float32, scaled in the input's dtype."""

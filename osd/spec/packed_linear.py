@@ -38,6 +38,16 @@ def packing_available() -> bool:
     )
 
 
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A bf16 CPU weight [out, in] in oneDNN's blocked layout (an opaque tensor, read by `packed_product`)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 1)
+
+
+def packed_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [N, in] @ weight.T (+ bias) -> [N, out], the weight packed by `pack_weight`."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
 class PackedLinear(nn.Linear):
     """`nn.Linear` whose bf16 CPU forward without gradients reads a oneDNN-packed copy of its weight."""
 
@@ -60,9 +70,9 @@ class PackedLinear(nn.Linear):
         key = (w.data_ptr(), w._version)
         if self._packed is None or self._packed[:2] != key:
             with torch.no_grad():
-                self._packed = (*key, torch.ops.mkldnn._reorder_linear_weight(w, 1))
+                self._packed = (*key, pack_weight(w))
         flat = x.reshape(-1, self.in_features)  # [N, in]
-        y = torch.ops.mkldnn._linear_pointwise(flat, self._packed[2], self.bias, "none", [], "")
+        y = packed_product(flat, self._packed[2], self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
