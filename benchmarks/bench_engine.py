@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="conversation-JSON files whose user turns are the prompts",
     )
     ap.add_argument("--num_prompts", type=int, default=8, help="prompts per data file")
-    add_gamma_flag(ap, DEMO, "the demo's; best_gamma for the demo pair: c 0.035, alpha 0.36")
+    add_gamma_flag(ap, DEMO, "the demo's; best_gamma for the demo pair (c 0.018, alpha 0.36)")
     ap.add_argument("--max_new_tokens", type=int, default=64)
     ap.add_argument(
         "--ignore_eos",
