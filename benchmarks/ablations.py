@@ -51,7 +51,7 @@ from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import STANDARD_TIMING, add_gamma_flag
-from osd.spec.timing import step_time
+from osd.spec.timing import draft_step_time, step_time
 
 Prompt = tuple[str, list[int]]  # (id, prompt token ids)
 TARGET_ONLY = "target only"
@@ -144,7 +144,7 @@ def costs(draft, target, context: int, gammas: Sequence[int], rounds: int, reps:
     rounds of that round's ratio, so that load changing between rounds cancels in the ratios."""
     lengths = [1, *(g + 1 for g in gammas)]
     per_round = [
-        ([step_time(target, context, n, reps=reps, rounds=1) for n in lengths], step_time(draft, context, reps=reps, rounds=1))
+        ([step_time(target, context, n, reps=reps, rounds=1) for n in lengths], draft_step_time(draft, context, reps=reps, rounds=1))
         for _ in range(rounds)
     ]  # fmt: skip
     target_steps = [t[0] for t, _ in per_round]

@@ -34,7 +34,7 @@ from osd.models import load_demo_pair
 from osd.paths import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
-from osd.spec.timing import step_time, synchronize
+from osd.spec.timing import draft_step_time, step_time, synchronize
 
 T = TypeVar("T")
 
@@ -87,7 +87,7 @@ def main() -> None:
         # timed as the engine runs: with a padding mask when B > 1 (see osd.spec.timing.step_time)
         timing = {"batch": b, "reps": 5, "rounds": 2, "padded": b > 1}
         t_target = step_time(target, **timing)
-        c = step_time(draft, **timing) / t_target
+        c = draft_step_time(draft, **timing) / t_target
         decoders = {
             g: SpeculativeDecoder(draft, target, gamma=g if g == "auto" else int(g)) for g in args.gammas
         }

@@ -151,12 +151,9 @@ class GammaPolicy:
             # a batch of B > 1 prompts is padded to a common length: its attention runs with a mask
             timed = {"context": self.context, "reps": 5, "rounds": 2, "batch": batch, "padded": batch > 1}
             verify = [step_time(target, length=k + 1, **timed) for k in range(self.max_gamma + 1)]
-            # B = 1: the draft step as the engine takes it (the lean Llama step where it applies)
-            draft_s = (
-                draft_step_time(draft, self.context, reps=5, rounds=2)
-                if batch == 1
-                else step_time(draft, **timed)
-            )
+            draft_s = draft_step_time(
+                draft, **timed
+            )  # as the engine takes it (the lean Llama step where it applies)
             self.set_costs(batch, draft_s, verify)
         return self.costs[batch]
 

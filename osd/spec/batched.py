@@ -5,7 +5,7 @@ Cache layout. Draft and target each keep one KV cache for the rows still decodin
 with a 0/1 mask [B, W] of the slots that hold each row's cached tokens (its committed prefix, in
 order); masked slots are padding, and row i's position ids count its own tokens only. Every forward
 feeds the same number u of tokens to each row (its committed tokens the model has not seen,
-left-padded where it has fewer), and the fed slots join the mask. After a step (`_RowCache.keep`)
+left-padded where it has fewer), and the fed slots join the mask. After a step (`RowCache.keep`)
 row i drops the proposals it rejected by masking their slots: no row is rolled back to the batch's
 shortest acceptance and no cache is copied. Slots no row uses at the end are cropped, and when
 masked slots take up more than `SLACK` of the width, one gather per cache moves every row's tokens
@@ -38,6 +38,7 @@ from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
 from osd.spec.cached_model import accepts_logits_to_keep
+from osd.spec.llama_draft import LeanLlama, supports_lean_step
 from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import accept_reject_rows, acceptance_probability, greedy, logits_to_probs, sample
 
@@ -49,7 +50,7 @@ SLACK = 0.25  # masked slots may take up this share of a cache's width before it
 
 
 @dataclass
-class _RowCache:
+class RowCache:
     """One model's KV cache over the active rows (encoder run once for seq2seq models), with a mask of
     the slots that hold each row's cached tokens (see the module docstring)."""
 
@@ -58,6 +59,9 @@ class _RowCache:
     encoder_mask: torch.Tensor | None  # [B, S]
     valid: torch.Tensor  # [B, W] long, on the model's device: 1 at slots holding a cached token of the row
     lengths: torch.Tensor  # [B] cached tokens per row (valid.sum(1), on the CPU)
+    lean: LeanLlama | None = (
+        None  # a Llama draft's lean step (`osd.spec.llama_draft`) instead of HF's forward
+    )
     cache: DynamicCache | EncoderDecoderCache = field(init=False)
     keeps_logits: bool = field(init=False)
     holes: bool = field(init=False)  # may masked slots lie between a row's cached tokens?
@@ -70,12 +74,17 @@ class _RowCache:
         self.holes = not seq2seq
 
     @classmethod
-    def start(cls, model: PreTrainedModel, input_ids: torch.Tensor, mask: torch.Tensor) -> _RowCache:
-        """An empty cache for B rows; for seq2seq models the encoder runs here on input_ids [B, S]."""
+    def start(
+        cls, model: PreTrainedModel, input_ids: torch.Tensor, mask: torch.Tensor, lean: bool = False
+    ) -> RowCache:
+        """An empty cache for B rows; for seq2seq models the encoder runs here on input_ids [B, S]. `lean`:
+        step the model by `LeanLlama` where `supports_lean_step` (the draft's path, as in `generate`)."""
         B, device = input_ids.shape[0], model.device
         empty = (torch.zeros(B, 0, dtype=torch.long, device=device), torch.zeros(B, dtype=torch.long))
         if not model.config.is_encoder_decoder:
-            return cls(model, None, None, *empty)
+            return cls(
+                model, None, None, *empty, LeanLlama(model) if lean and supports_lean_step(model) else None
+            )
         ids, mask = input_ids.to(device), mask.to(device)
         return cls(model, model.get_encoder()(input_ids=ids, attention_mask=mask), mask, *empty)
 
@@ -101,10 +110,22 @@ class _RowCache:
             )
         else:
             positions = (self.lengths.to(device)[:, None] + mask.cumsum(1) - 1).clamp(min=0)  # [B, u]
+            if self.lean is not None:
+                logits = self.lean.forward(
+                    tokens, positions, _slot_mask(attention, tokens.shape[1]), self._store, num_logits
+                )
+                self.valid, self.lengths = attention, self.lengths + mask.sum(1).cpu()
+                return logits
             out = self.model(input_ids=tokens, attention_mask=attention, position_ids=positions, **kwargs)
         self.cache, self.valid = out.past_key_values, attention
         self.lengths = self.lengths + mask.sum(1).cpu()
         return out.logits[:, -num_logits:]
+
+    def _store(
+        self, layer: int, keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the fed tokens' keys and values [B, kv heads, u, D] to the layer's slots."""
+        return self.cache.update(keys, values, layer)
 
     def keep(self, keep: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         """Row i keeps its first keep[i] cached tokens; with `rows`, only those rows stay. The slots of
@@ -199,8 +220,8 @@ def decode_batch(
     input_ids [B, T] and mask [B, T] as the caller gave them (the encoder's input for seq2seq models)."""
     start = time.perf_counter()
     rows = [_Row(list(p), len(p), keep_logits, budget=b) for p, b in zip(prefixes, budgets, strict=True)]
-    draft = _RowCache.start(decoder.draft, input_ids, mask)
-    target = _RowCache.start(decoder.target, input_ids, mask)
+    draft = RowCache.start(decoder.draft, input_ids, mask, lean=decoder.lean_draft)
+    target = RowCache.start(decoder.target, input_ids, mask)
     times = StepTimes()
     active = list(range(len(rows)))  # rows still decoding, in cache order
     while active:
@@ -215,8 +236,8 @@ def decode_batch(
 def _step(
     decoder: SpeculativeDecoder,
     rows: list[_Row],
-    draft: _RowCache,
-    target: _RowCache,
+    draft: RowCache,
+    target: RowCache,
     times: StepTimes,
     eos: set[int],
     temperature: float,
@@ -285,8 +306,19 @@ def _step(
     return finished
 
 
+def _slot_mask(attention: torch.Tensor, u: int) -> torch.Tensor:
+    """[B, 1, u, W + u] True where the i-th of the u fed tokens may attend: the row's cached slots and the fed
+    ones up to its own (attention [B, W + u], 1 at those slots). A padded fed token attends to itself, so
+    that its keys and values, never attended by real tokens, stay finite."""
+    width = attention.shape[1]
+    slots = torch.arange(width, device=attention.device)  # [W + u]
+    own = (width - u) + torch.arange(u, device=attention.device)  # [u] the fed tokens' slots
+    allowed = attention.bool()[:, None, :] & (slots[None, :] <= own[:, None])[None]  # [B, u, W + u]
+    return (allowed | (slots[None, :] == own[:, None])[None])[:, None]
+
+
 def _propose(
-    draft: _RowCache,
+    draft: RowCache,
     tokens: list[list[int]],
     k: int,
     V: int,

@@ -26,6 +26,7 @@ families, biases, dynamic RoPE, gradients) keeps `CachedModel`, i.e. HF's forwar
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -153,9 +154,13 @@ def _derived_weights(model: LlamaForCausalLM) -> _Weights:
     return weights
 
 
-class LlamaDraftCache:
-    """A Llama draft with its KV cache over the committed sequence; `CachedModel`'s interface (forward, crop,
-    len), computed by the lean step (module docstring)."""
+KVStore = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""(layer, keys, values) of the fed tokens [B, kv heads, n, D] -> the layer's cached keys and values after them
+[B, kv heads, W, D]."""
+
+
+class LeanLlama:
+    """The lean step's forward over B rows of a Llama draft (module docstring); the caller keeps the KV cache."""
 
     def __init__(self, model: LlamaForCausalLM) -> None:
         config = model.config
@@ -164,13 +169,81 @@ class LlamaDraftCache:
         self.head_dim = config.head_dim
         self.scale = model.model.layers[0].self_attn.scaling
         self.eps = config.rms_norm_eps
+
+    @property
+    def device(self) -> torch.device:
+        return self.w.embed.device
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        store: KVStore,
+        num_logits: int,
+    ) -> torch.Tensor:
+        """Feed tokens [B, n] at position ids [B, n]; `mask` [B or 1, 1, n, W] is True where a fed token may attend
+        to one of the W slots `store` returns (None: to all of them). Logits of the last num_logits fed tokens
+        [B, num_logits, V]."""
+        B, n = tokens.shape
+        cos, sin = self._rope(positions)  # [B, 1, n, D] each
+        h = F.embedding(tokens, self.w.embed)  # [B, n, H]
+        for i, layer in enumerate(self.w.layers):
+            qkv = self._linear(self._rms_norm(h, layer.input_norm), layer.qkv)  # [B, n, (heads + 2 kv) * D]
+            qkv = qkv.view(B, n, -1, self.head_dim).transpose(1, 2)  # [B, heads + 2 kv, n, D]
+            q, k, v = qkv.split([self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
+            keys, values = store(i, _rotate(k, cos, sin), v)  # [B, kv heads, W, D]
+            if self.num_kv_heads != self.num_heads:
+                groups = self.num_heads // self.num_kv_heads
+                keys, values = keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1)
+            attn = F.scaled_dot_product_attention(
+                _rotate(q, cos, sin), keys, values, attn_mask=mask, scale=self.scale
+            )  # [B, heads, n, D]
+            h = h + self._linear(attn.transpose(1, 2).reshape(B, n, -1), layer.o)
+            gate_up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up)  # [B, n, 2 I]
+            gate, up = gate_up.chunk(2, dim=-1)
+            h = h + self._linear(F.silu(gate) * up, layer.down)
+        last = self._rms_norm(h[:, -num_logits:], self.w.norm)  # [B, num_logits, H]
+        logits = self._linear(last, self.w.head)  # [B, num_logits, V' or V]
+        if self.w.head_ids is None:
+            return logits
+        return full_vocab_logits(logits, self.w.head_ids, self.w.vocab_size)
+
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x [..., in] @ weight.T -> [..., out]."""
+        if not self.w.packed:
+            return F.linear(x, weight)
+        return packed_product(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], -1)
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """LlamaRMSNorm: normalised in float32, scaled in the input's dtype."""
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * x32.to(x.dtype)
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [B, 1, n, D] at position ids [B, n], as LlamaRotaryEmbedding computes them."""
+        freqs = positions.to(self.device, torch.float32)[..., None] * self.w.inv_freq.to(
+            self.device
+        )  # [B, n, D/2]
+        angles = torch.cat([freqs, freqs], dim=-1)[:, None]
+        dtype = self.w.embed.dtype
+        return (angles.cos() * self.w.rope_scaling).to(dtype), (angles.sin() * self.w.rope_scaling).to(dtype)
+
+
+class LlamaDraftCache:
+    """A Llama draft with its KV cache over the committed sequence; `CachedModel`'s interface (forward, crop,
+    len), computed by the lean step (module docstring)."""
+
+    def __init__(self, model: LlamaForCausalLM) -> None:
+        self.lean = LeanLlama(model)
         self.length = 0
         # [layers, kv heads, capacity, D], allocated at the first forward
         self.keys = self.values = torch.empty(0)
 
     @property
     def device(self) -> torch.device:
-        return self.w.embed.device
+        return self.lean.device
 
     def __len__(self) -> int:
         return self.length
@@ -181,54 +254,20 @@ class LlamaDraftCache:
 
     def forward(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
         """Feed tokens [1, n] after the cache; return the last num_logits rows of logits [num_logits, V]."""
-        tokens = tokens.to(self.device)[0]  # [n]
-        n = tokens.numel()
+        tokens = tokens.to(self.device)
+        n = tokens.shape[1]
         start, end = self.length, self.length + n
         self._reserve(end)
-        cos, sin = self._rope(start, end)  # [n, D] each
+        positions = torch.arange(start, end, device=self.device)[None]  # [1, n]
         mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
-        h = F.embedding(tokens, self.w.embed)  # [n, H]
-        for i, layer in enumerate(self.w.layers):
-            qkv = self._linear(self._rms_norm(h, layer.input_norm), layer.qkv)  # [n, (heads + 2 kv) * D]
-            qkv = qkv.view(n, -1, self.head_dim).transpose(0, 1)  # [heads + 2 kv, n, D]
-            q, k, v = qkv.split([self.num_heads, self.num_kv_heads, self.num_kv_heads])
-            self.keys[i, :, start:end] = _rotate(k, cos, sin)
-            self.values[i, :, start:end] = v
-            keys, values = self.keys[i, :, :end], self.values[i, :, :end]  # [kv heads, end, D]
-            if self.num_kv_heads != self.num_heads:
-                groups = self.num_heads // self.num_kv_heads
-                keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
-            attn = F.scaled_dot_product_attention(
-                _rotate(q, cos, sin)[None], keys[None], values[None], attn_mask=mask, scale=self.scale
-            )  # [1, heads, n, D]
-            h = h + self._linear(attn[0].transpose(0, 1).reshape(n, -1), layer.o)
-            gate_up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up)  # [n, 2 I]
-            gate, up = gate_up.chunk(2, dim=-1)
-            h = h + self._linear(F.silu(gate) * up, layer.down)
+
+        def store(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            self.keys[i, :, start:end], self.values[i, :, start:end] = k[0], v[0]
+            return self.keys[i, None, :, :end], self.values[i, None, :, :end]
+
+        logits = self.lean.forward(tokens, positions, mask, store, num_logits)[0]
         self.length = end
-        last = self._rms_norm(h[-num_logits:], self.w.norm)  # [num_logits, H]
-        logits = self._linear(last, self.w.head)  # [num_logits, V' or V]
-        if self.w.head_ids is None:
-            return logits
-        return full_vocab_logits(logits, self.w.head_ids, self.w.vocab_size)
-
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """x [n, in] @ weight.T -> [n, out]."""
-        return packed_product(x, weight) if self.w.packed else F.linear(x, weight)
-
-    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """LlamaRMSNorm: normalised in float32, scaled in the input's dtype."""
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * x32.to(x.dtype)
-
-    def _rope(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [end - start, D] at positions start..end - 1, as LlamaRotaryEmbedding computes them."""
-        positions = torch.arange(start, end, device=self.device, dtype=torch.float32)
-        freqs = positions[:, None] * self.w.inv_freq.to(self.device)  # [n, D / 2]
-        angles = torch.cat([freqs, freqs], dim=-1)
-        dtype = self.w.embed.dtype
-        return (angles.cos() * self.w.rope_scaling).to(dtype), (angles.sin() * self.w.rope_scaling).to(dtype)
+        return logits
 
     def _reserve(self, length: int) -> None:
         """Room for `length` cached positions (the cached ones kept)."""
@@ -236,8 +275,9 @@ class LlamaDraftCache:
         if length <= capacity:
             return
         new_capacity = max(INITIAL_CAPACITY, 2 * capacity, length)
-        shape = (len(self.w.layers), self.num_kv_heads, new_capacity, self.head_dim)
-        keys = torch.empty(shape, dtype=self.w.embed.dtype, device=self.device)
+        lean = self.lean
+        shape = (len(lean.w.layers), lean.num_kv_heads, new_capacity, lean.head_dim)
+        keys = torch.empty(shape, dtype=lean.w.embed.dtype, device=self.device)
         values = torch.empty_like(keys)
         if capacity:
             keys[:, :, : self.length] = self.keys[:, :, : self.length]
@@ -246,6 +286,6 @@ class LlamaDraftCache:
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE of x [heads, n, D] with cos and sin [n, D] (HF's apply_rotary_pos_emb)."""
+    """RoPE of x [B, heads, n, D] with cos and sin [B, 1, n, D] (HF's apply_rotary_pos_emb)."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 from transformers import PreTrainedModel
 
+from osd.spec.batched import RowCache
 from osd.spec.llama_draft import LlamaDraftCache, supports_lean_step
 
 
@@ -83,17 +84,43 @@ def _best_median(
 
 
 @torch.inference_mode()
-def draft_step_time(model: PreTrainedModel, context: int = 64, reps: int = 30, rounds: int = 5) -> float:
-    """Seconds for one draft step as the B = 1 engine takes it: the lean step of `osd.spec.llama_draft` where it
-    applies, else HF's forward (`step_time`). The model is timed as it is: install a saved sub-vocabulary head
+def draft_step_time(
+    model: PreTrainedModel,
+    context: int = 64,
+    reps: int = 30,
+    rounds: int = 5,
+    batch: int = 1,
+    padded: bool = False,
+) -> float:
+    """Seconds for one draft step as the engine takes it: the lean step of `osd.spec.llama_draft` where it
+    applies (B = 1 unpadded: `generate`'s cache; else the batched engine's, with `step_time`'s padding mask),
+    otherwise HF's forward (`step_time`). The model is timed as it is: install a saved sub-vocabulary head
     first (`apply_draft_vocab`), as the engine does."""
     if not supports_lean_step(model):
-        return step_time(model, context, reps=reps, rounds=rounds)
-    ids = torch.randint(4, model.config.vocab_size, (1, context + 1), device=model.device)  # [1, T + 1]
-    cache = LlamaDraftCache(model)
-    cache.forward(ids[:, :context], 1)
+        return step_time(model, context, reps=reps, rounds=rounds, batch=batch, padded=padded)
+    ids = torch.randint(4, model.config.vocab_size, (batch, context + 1), device=model.device)  # [B, T + 1]
+    if batch == 1 and not padded:
+        cache = LlamaDraftCache(model)
+        cache.forward(ids[:, :context], 1)
+        return _best_median(
+            lambda: cache.forward(ids[:, context:], 1),
+            lambda: cache.crop(context),
+            model.device,
+            reps,
+            rounds,
+        )
+    mask = torch.ones(batch, context, dtype=torch.long)  # [B, T]
+    if padded:
+        mask[::2, 0] = 0
+    rows = RowCache.start(model, ids[:, :context], mask, lean=True)
+    rows.forward(ids[:, :context], mask, 1)
+    one = torch.ones(batch, 1, dtype=torch.long)
     return _best_median(
-        lambda: cache.forward(ids[:, context:], 1), lambda: cache.crop(context), model.device, reps, rounds
+        lambda: rows.forward(ids[:, context:], one, 1),
+        lambda: rows.keep(rows.lengths - 1),  # drop the fed token: its slot is cropped
+        model.device,
+        reps,
+        rounds,
     )
 
 

@@ -74,24 +74,26 @@ def test_batched_rows_stay_exact_with_auto_gamma():
 
 
 def test_measured_costs_cover_every_gamma(monkeypatch):
-    """Every k is timed, batches of several rows with a padding mask (the batched engine runs with one); one
-    row's draft step as the B = 1 engine takes it (`draft_step_time`: the lean Llama step)."""
+    """Every k is timed, batches of several rows with a padding mask (the batched engine runs with one); the draft
+    step as the engine takes it (`draft_step_time`: the lean Llama step), with the same mask."""
     from osd.spec import adaptive
 
     calls, lean_calls = [], []
     timer, lean_timer = adaptive.step_time, adaptive.draft_step_time
     monkeypatch.setattr(adaptive, "step_time", lambda *a, **kw: (calls.append(kw), timer(*a, **kw))[1])
     monkeypatch.setattr(
-        adaptive, "draft_step_time", lambda m, *a, **kw: (lean_calls.append(m), lean_timer(m, *a, **kw))[1]
+        adaptive,
+        "draft_step_time",
+        lambda m, *a, **kw: (lean_calls.append((m, kw)), lean_timer(m, *a, **kw))[1],
     )
     target, draft = tiny_model("llama", layers=2), tiny_model("llama", layers=1)
     policy = GammaPolicy(max_gamma=3, context=8)
     costs = policy.measure_costs(draft, target, batch=2)
     assert len(costs.verify_s) == 4 and costs.draft_s > 0 and min(costs.verify_s) > 0
-    assert lean_calls == []
     policy.measure_costs(draft, target, batch=1)
-    assert [kw["padded"] for kw in calls] == [True] * 5 + [False] * 4
-    assert lean_calls == [draft] and policy.costs[1].draft_s > 0
+    assert [kw["padded"] for kw in calls] == [True] * 4 + [False] * 4
+    assert [(m, kw["batch"], kw["padded"]) for m, kw in lean_calls] == [(draft, 2, True), (draft, 1, False)]
+    assert policy.costs[1].draft_s > 0
 
 
 def test_a_padded_step_is_timed_with_its_mask(monkeypatch):

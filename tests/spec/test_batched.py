@@ -110,9 +110,9 @@ def test_masked_slots_and_compaction_both_decode_exactly(monkeypatch, slack):
     from osd.spec import batched
 
     compactions = []
-    compact = batched._RowCache._compact
+    compact = batched.RowCache._compact
     monkeypatch.setattr(batched, "SLACK", slack)
-    monkeypatch.setattr(batched._RowCache, "_compact", lambda self: (compactions.append(1), compact(self)))
+    monkeypatch.setattr(batched.RowCache, "_compact", lambda self: (compactions.append(1), compact(self)))
     target = tiny_model("llama", layers=3)
     draft = draft_from_target(target, NOISE["llama"])
     prompts = random_prompts((3, 9, 6, 1))

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from osd.spec import llama_draft
+from osd.spec import batched, llama_draft
 from osd.spec.cached_model import CachedModel
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.draft_vocab import set_draft_vocab
 from osd.spec.llama_draft import LlamaDraftCache, draft_cache, supports_lean_step
 from osd.spec.timing import draft_step_time
 from tests.devices import DEVICES, on_device
-from tests.spec.references import NOISE, hf_greedy, random_prompt
+from tests.spec.references import NOISE, hf_greedy, left_padded, random_prompt, random_prompts
 from tests.tiny_models import VOCAB, draft_from_target, tiny_llama, tiny_model
 
 # bf16: one product over concatenated weights may round otherwise than three apart on some CPUs
@@ -80,7 +80,7 @@ def test_weights_follow_an_in_place_update_and_are_shared_while_unchanged():
     prompt = random_prompt()
     with torch.inference_mode():
         first = LlamaDraftCache(model)
-        assert LlamaDraftCache(model).w is first.w  # derived once, shared by every sequence
+        assert LlamaDraftCache(model).lean.w is first.lean.w  # derived once, shared by every sequence
         before = first.forward(prompt, 1)
     with torch.no_grad():
         model.model.layers[1].mlp.down_proj.weight.mul_(
@@ -88,7 +88,7 @@ def test_weights_follow_an_in_place_update_and_are_shared_while_unchanged():
         )  # as an optimizer step or a serving-copy refresh
     with torch.inference_mode():
         cache = LlamaDraftCache(model)
-        assert cache.w is not first.w
+        assert cache.lean.w is not first.lean.w
         after = cache.forward(prompt, 1)
         expected = CachedModel(model, None).forward(prompt, 1)
     assert not torch.allclose(after, before)
@@ -99,7 +99,7 @@ def test_weights_follow_an_in_place_update_and_are_shared_while_unchanged():
 def test_a_model_made_under_inference_mode_is_derived_again_for_each_sequence():
     model = tiny_llama(seed=1)  # inference tensors: no version counters to tell an update by
     first = LlamaDraftCache(model)
-    assert first.w.key is None and LlamaDraftCache(model).w is not first.w
+    assert first.lean.w.key is None and LlamaDraftCache(model).lean.w is not first.lean.w
     prompt = random_prompt()
     model.model.layers[0].self_attn.v_proj.weight.mul_(2.0)
     torch.testing.assert_close(
@@ -159,10 +159,75 @@ def test_sampled_output_equals_the_hf_draft_path_with_the_same_generator():
     assert outputs[0].accepted_lengths == outputs[1].accepted_lengths
 
 
-def test_draft_step_time_times_the_lean_step():
-    model = tiny_llama(seed=1)
-    seconds = draft_step_time(model, context=16, reps=3, rounds=1)
+@pytest.mark.parametrize("batch, padded", [(1, False), (4, True)])
+def test_draft_step_time_times_the_lean_step(batch, padded, monkeypatch):
+    fed = []
+    forward = llama_draft.LeanLlama.forward
+    monkeypatch.setattr(
+        llama_draft.LeanLlama,
+        "forward",
+        lambda self, tokens, *a: (fed.append(tokens.shape), forward(self, tokens, *a))[1],
+    )
+    seconds = draft_step_time(tiny_llama(seed=1), context=16, reps=3, rounds=1, batch=batch, padded=padded)
     assert 0 < seconds < 1
-    assert isinstance(
-        llama_draft._derived.get(model), llama_draft._Weights
-    )  # the lean step derived its weights
+    assert fed[0] == (batch, 16) and fed[1:] == [(batch, 1)] * 4  # the context, then the timed steps
+
+
+def row_feeds(seed: int = 0) -> list[tuple[list[list[int]], list[int] | None]]:
+    """The batched engine's kind of calls on 4 rows: their committed tokens at each call, and before some calls
+    the rows that stay (None: all). Rows grow by 1-3 tokens and drop 0-2 at random, as rejections do."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [p[0].tolist() for p in random_prompts((3, 9, 6, 1))]
+    calls, stay = [], None
+    for i in range(24):
+        calls.append(([list(r) for r in rows], stay))
+        for r in rows:
+            del r[max(1, len(r) - int(torch.randint(0, 3, (1,), generator=g))) :]
+            r += torch.randint(3, VOCAB, (1 + i % 3,), generator=g).tolist()
+        stay = None
+        if i == 15:  # a row finishes
+            stay = [0, 2, 3]
+            rows = [rows[j] for j in stay]
+    return calls
+
+
+@pytest.mark.parametrize("slack", [0.0, 100.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(draft_variants()))
+@torch.inference_mode()
+def test_batched_rows_equal_hf_forward_through_padding_rejections_and_compaction(
+    name, dtype, slack, monkeypatch
+):
+    """B rows of different lengths, left-padded, each dropping its own rejected tokens, compacted at every
+    rejection (SLACK 0) or never: the lean step's logits at every row are HF's batched forward's."""
+    monkeypatch.setattr(batched, "SLACK", slack)
+    model = draft_variants()[name].to(dtype)
+    ids, mask = left_padded(random_prompts((3, 9, 6, 1)))
+    hf, lean = (batched.RowCache.start(model, ids, mask, lean=flag) for flag in (False, True))
+    assert hf.lean is None and lean.lean is not None
+    for rows, stay in row_feeds():
+        for cache in (hf, lean):
+            if stay is not None:
+                cache.keep(cache.lengths.clone(), torch.tensor(stay))
+            feed, feed_mask = cache.feed_unseen(rows)
+            cache.logits = cache.forward(feed, feed_mask, num_logits=1)  # [B, 1, V]
+        assert lean.valid.equal(hf.valid) and lean.lengths.equal(hf.lengths)
+        assert torch.isfinite(lean.logits.nan_to_num(neginf=0.0)).all()
+        torch.testing.assert_close(lean.logits, hf.logits, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batched_engine_output_equals_the_hf_draft_path(temperature):
+    target = tiny_model("llama", layers=3)
+    draft = draft_from_target(target, NOISE["llama"])
+    ids, mask = left_padded(random_prompts((3, 9, 6, 1)))
+    outputs = [
+        SpeculativeDecoder(draft, target, gamma=3, lean_draft=lean).generate_batch(
+            ids, mask, max_new_tokens=30, temperature=temperature, generator=torch.Generator().manual_seed(7)
+        )
+        for lean in (True, False)
+    ]
+    for lean_row, hf_row in zip(*outputs, strict=True):
+        assert lean_row.generated_ids.tolist() == hf_row.generated_ids.tolist()
+        assert lean_row.accepted_lengths == hf_row.accepted_lengths
+    assert any(0 < a < 3 for row in outputs[0] for a in row.accepted_lengths)  # rows accepted some, not all
