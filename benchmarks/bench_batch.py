@@ -34,6 +34,7 @@ from osd.models import load_demo_pair
 from osd.paths import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
+from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import draft_step_time, step_time, synchronize
 
 T = TypeVar("T")
@@ -66,11 +67,17 @@ def main() -> None:
     )
     ap.add_argument("--max_new_tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--hf_draft_step",
+        action="store_true",
+        help="step a Llama draft through HF's forward (SpeculativeDecoder(lean_draft=False)), c timed so too",
+    )
     ap.add_argument("--out", default="outputs/bench_batch", help="folder for results.json and speedup.png")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     draft, target, tok = load_demo_pair(args.draft, args.target, dtype=dtype, draft_dtype=dtype)
+    apply_draft_vocab(draft)  # as the engine does, before c is timed: a saved sub-vocabulary head
     per_file = -(-args.num_prompts // len(list(WORKLOAD_DIR.glob("*_eval.json"))))
     records = [
         r for path in sorted(WORKLOAD_DIR.glob("*_eval.json")) for r in load_conversations(path)[:per_file]
@@ -87,9 +94,12 @@ def main() -> None:
         # timed as the engine runs: with a padding mask when B > 1 (see osd.spec.timing.step_time)
         timing = {"batch": b, "reps": 5, "rounds": 2, "padded": b > 1}
         t_target = step_time(target, **timing)
-        c = draft_step_time(draft, **timing) / t_target
+        c = (step_time if args.hf_draft_step else draft_step_time)(draft, **timing) / t_target
         decoders = {
-            g: SpeculativeDecoder(draft, target, gamma=g if g == "auto" else int(g)) for g in args.gammas
+            g: SpeculativeDecoder(
+                draft, target, gamma=g if g == "auto" else int(g), lean_draft=not args.hf_draft_step
+            )
+            for g in args.gammas
         }
         for decoder in decoders.values():
             if decoder.policy is not None:  # measured once per batch size, outside the timed runs

@@ -112,6 +112,7 @@ class GammaPolicy:
     max_probe_every: int = 128  # the longest interval between probes
     context: int = 64  # context length at which costs are measured
     timing_weight: float = 0.125  # weight of the newest verification timing in its running average
+    lean_draft: bool = True  # the draft's step timed as the engine's lean path (False: HF's forward)
     costs: dict[int, StepCosts] = field(default_factory=dict)  # by batch size
     _interval: int = field(init=False)  # steps from one probe to the next
     _since_probe: int = field(init=False, default=0)
@@ -151,9 +152,8 @@ class GammaPolicy:
             # a batch of B > 1 prompts is padded to a common length: its attention runs with a mask
             timed = {"context": self.context, "reps": 5, "rounds": 2, "batch": batch, "padded": batch > 1}
             verify = [step_time(target, length=k + 1, **timed) for k in range(self.max_gamma + 1)]
-            draft_s = draft_step_time(
-                draft, **timed
-            )  # as the engine takes it (the lean Llama step where it applies)
+            # the draft's step as the engine takes it: the lean Llama step where it applies, unless told otherwise
+            draft_s = (draft_step_time if self.lean_draft else step_time)(draft, **timed)
             self.set_costs(batch, draft_s, verify)
         return self.costs[batch]
 

@@ -19,6 +19,10 @@ position ids, so masked slots inside a row change nothing but the cost. (A slidi
 counts slots, masked ones included: within SLACK of the window's length a row would see fewer
 tokens than alone, as left padding already does in HF's batched `generate`.)
 
+Draft path. A Llama draft steps through `osd.spec.llama_draft.LeanLlama` (as in `generate`, unless
+`lean_draft=False`): the same logits as HF's forward over the same slots, positions and mask, without HF's
+per-call machinery; a padded fed token attends to its own slot only, so its keys and values stay finite.
+
 Step. k = max_i k_i with k_i = min(gamma, remaining_i - 1): every row proposes and verifies k draft
 tokens but counts only its first k_i (and none after a drafted EOS), so its accepted lengths, exact
 alpha, wrong positions and output are those of `generate` on that row alone (greedy: identical
@@ -59,9 +63,8 @@ class RowCache:
     encoder_mask: torch.Tensor | None  # [B, S]
     valid: torch.Tensor  # [B, W] long, on the model's device: 1 at slots holding a cached token of the row
     lengths: torch.Tensor  # [B] cached tokens per row (valid.sum(1), on the CPU)
-    lean: LeanLlama | None = (
-        None  # a Llama draft's lean step (`osd.spec.llama_draft`) instead of HF's forward
-    )
+    # a Llama draft's lean step (`osd.spec.llama_draft`) instead of HF's forward
+    lean: LeanLlama | None = None
     cache: DynamicCache | EncoderDecoderCache = field(init=False)
     keeps_logits: bool = field(init=False)
     holes: bool = field(init=False)  # may masked slots lie between a row's cached tokens?
@@ -97,6 +100,20 @@ class RowCache:
         device = self.model.device
         tokens, mask = tokens.to(device), mask.to(device)
         attention = torch.cat([self.valid, mask], 1)  # [B, W + u]
+        positions = (self.lengths.to(device)[:, None] + mask.cumsum(1) - 1).clamp(min=0)  # [B, u]
+        if self.lean is not None:
+            mask_4d = _slot_mask(attention, tokens.shape[1])
+            logits = self.lean.forward(tokens, positions, mask_4d, self._store, num_logits)
+        else:
+            logits = self._hf_forward(tokens, attention, positions, num_logits)
+        self.valid, self.lengths = attention, self.lengths + mask.sum(1).cpu()
+        return logits
+
+    def _hf_forward(
+        self, tokens: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, num_logits: int
+    ) -> torch.Tensor:
+        """HF's forward of tokens [B, u] over the slots `attention` [B, W + u] marks (position ids [B, u]: T5's
+        relative positions ignore them); logits [B, num_logits, V]."""
         kwargs = {"past_key_values": self.cache, "use_cache": True}
         if self.keeps_logits:
             kwargs["logits_to_keep"] = num_logits
@@ -109,16 +126,8 @@ class RowCache:
                 **kwargs,
             )
         else:
-            positions = (self.lengths.to(device)[:, None] + mask.cumsum(1) - 1).clamp(min=0)  # [B, u]
-            if self.lean is not None:
-                logits = self.lean.forward(
-                    tokens, positions, _slot_mask(attention, tokens.shape[1]), self._store, num_logits
-                )
-                self.valid, self.lengths = attention, self.lengths + mask.sum(1).cpu()
-                return logits
             out = self.model(input_ids=tokens, attention_mask=attention, position_ids=positions, **kwargs)
-        self.cache, self.valid = out.past_key_values, attention
-        self.lengths = self.lengths + mask.sum(1).cpu()
+        self.cache = out.past_key_values
         return out.logits[:, -num_logits:]
 
     def _store(
@@ -308,8 +317,9 @@ def _step(
 
 def _slot_mask(attention: torch.Tensor, u: int) -> torch.Tensor:
     """[B, 1, u, W + u] True where the i-th of the u fed tokens may attend: the row's cached slots and the fed
-    ones up to its own (attention [B, W + u], 1 at those slots). A padded fed token attends to itself, so
-    that its keys and values, never attended by real tokens, stay finite."""
+    ones up to its own (attention [B, W + u], 1 at those slots). A padded fed token attends to its own slot
+    whatever the mask says, so that no query row is empty: what an attention kernel makes of an empty row
+    (zeros here, NaN on some) never reaches the cache."""
     width = attention.shape[1]
     slots = torch.arange(width, device=attention.device)  # [W + u]
     own = (width - u) + torch.arange(u, device=attention.device)  # [u] the fed tokens' slots

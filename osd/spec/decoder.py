@@ -65,7 +65,7 @@ class SpeculativeDecoder:
         through HF's forward."""
         gamma = parse_gamma(gamma, "gamma")
         if gamma == AUTO:
-            policy = policy or GammaPolicy()
+            policy = policy or GammaPolicy(lean_draft=lean_draft)
             gamma = policy.max_gamma
         elif policy is not None:
             raise ValueError(f"a GammaPolicy needs gamma='auto', got gamma={gamma!r}")

@@ -14,8 +14,11 @@ What. `LlamaDraftCache` computes what `LlamaForCausalLM.forward` computes, with
 - on a CPU with oneDNN's bf16 kernels, bf16 weights packed once (as `osd.spec.packed_linear`: the same
   products, without the per-call reorder);
 - the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere.
-Its logits equal HF's (tests compare them, and the engine's tokens, on random Llama drafts); only the draft's
-step changes: the target's products, and so every target-only baseline, are HF's own.
+`LeanLlama` is that forward over B rows with position ids and a slot mask; `LlamaDraftCache` runs it for one
+sequence (`generate`), and the batched engine's `osd.spec.batched.RowCache` for its rows, over HF's dynamic cache
+and its own padding and rejection masks. Its logits equal HF's (tests compare them, and the engine's tokens, on
+random Llama drafts); only the draft's step changes: the target's products, and so every target-only baseline,
+are HF's own.
 
 The weights are derived from the model's parameters once per model (`_derived_weights`, cached while no
 parameter has changed: an online trainer's refresh of its serving copy, in place, is seen by the version

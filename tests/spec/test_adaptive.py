@@ -94,6 +94,14 @@ def test_measured_costs_cover_every_gamma(monkeypatch):
     assert [kw["padded"] for kw in calls] == [True] * 4 + [False] * 4
     assert [(m, kw["batch"], kw["padded"]) for m, kw in lean_calls] == [(draft, 2, True), (draft, 1, False)]
     assert policy.costs[1].draft_s > 0
+    # a decoder that steps its draft through HF's forward times it so
+    hf_policy = SpeculativeDecoder(draft, target, gamma="auto", lean_draft=False).policy
+    assert hf_policy.lean_draft is False
+    calls.clear()
+    hf_policy.measure_costs(draft, target, batch=1)
+    assert (
+        len(lean_calls) == 2 and len(calls) == hf_policy.max_gamma + 2
+    )  # k + 1 tokens for k = 0..8, the draft
 
 
 def test_a_padded_step_is_timed_with_its_mask(monkeypatch):
