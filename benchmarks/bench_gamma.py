@@ -29,6 +29,7 @@ from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, workload_path
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.adaptive import GammaPolicy
+from osd.spec.draft_vocab import apply_draft_vocab
 
 # one prompt -> (generated tokens, seconds, alpha sum, proposals, verification steps)
 Method = Callable[[torch.Tensor], tuple[int, float, float, int, int]]
@@ -43,9 +44,12 @@ def spec_method(decoder: SpeculativeDecoder, max_new_tokens: int, eos: int) -> M
     return run
 
 
-def hf_method(target, max_new_tokens: int, eos: int, pad: int, **kwargs) -> Method:
+def hf_method(target, max_new_tokens: int, eos: int, pad: int, assistant=None) -> Method:
+    """HF greedy `generate` of the target, assisted by `assistant` if given."""
+    assistants = None if assistant is None else [assistant]
+
     def run(ids: torch.Tensor) -> tuple[int, float, float, int, int]:
-        tokens, seconds = timed_generate(target, [ids], max_new_tokens, eos, pad, **kwargs)
+        tokens, seconds = timed_generate(target, [ids], max_new_tokens, eos, pad, assistants)
         return tokens, seconds, 0.0, 0, 0
 
     return run
@@ -84,7 +88,7 @@ def summarize(rows: list[dict], domain: str) -> dict:
             "HF heuristic speedup": mine["HF assisted, heuristic"]["speedup"]}  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(TARGET_PATH))
     ap.add_argument("--draft", default=str(DRAFT_PATH))
@@ -97,10 +101,13 @@ def main() -> None:
     ap.add_argument(
         "--out", default="outputs/bench_gamma", help="folder for results.json, table.md, speedup.png"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     draft, target, tok = load_demo_pair(args.draft, args.target, dtype=dtype, draft_dtype=dtype)
+    apply_draft_vocab(
+        draft
+    )  # as the engine does, before gamma auto times the draft: a saved sub-vocabulary head
     eos, pad, n = tok.eos_token_id, tok.pad_token_id, args.max_new_tokens
     draft.generation_config.num_assistant_tokens = 20
     draft.generation_config.num_assistant_tokens_schedule = "heuristic"
@@ -119,15 +126,17 @@ def main() -> None:
         methods["gamma auto"] = spec_method(
             SpeculativeDecoder(draft, target, gamma="auto", policy=policy), n, eos
         )
-        methods["HF assisted, heuristic"] = hf_method(target, n, eos, pad, assistant_model=draft)
+        methods["HF assisted, heuristic"] = hf_method(target, n, eos, pad, assistant=draft)
         rows += domain_rows(methods, prompts, domain)
     summary = [summarize(rows, d) for d in args.domains]
     columns = ["domain", "method", "tokens", "tok/s", "speedup", "alpha", "proposed / step"]
     table = markdown_table(rows, columns) + "\n\n" + markdown_table(summary, list(summary[0]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    save_results(out, {"args": vars(args), "rows": rows, "summary": summary}, table)
+    results = {"args": vars(args), "rows": rows, "summary": summary}
+    save_results(out, results, table)
     plot(rows, args.domains, out / "speedup.png")
+    return results
 
 
 def plot(rows: list[dict], domains: list[str], path: Path) -> None:
