@@ -105,9 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     draft, target, tok = load_demo_pair(args.draft, args.target, dtype=dtype, draft_dtype=dtype)
-    apply_draft_vocab(
-        draft
-    )  # as the engine does, before gamma auto times the draft: a saved sub-vocabulary head
+    # as the engine does, before gamma auto times the draft: a saved sub-vocabulary head
+    apply_draft_vocab(draft)
     eos, pad, n = tok.eos_token_id, tok.pad_token_id, args.max_new_tokens
     draft.generation_config.num_assistant_tokens = 20
     draft.generation_config.num_assistant_tokens_schedule = "heuristic"

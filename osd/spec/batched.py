@@ -21,7 +21,7 @@ tokens than alone, as left padding already does in HF's batched `generate`.)
 
 Draft path. A Llama draft steps through `osd.spec.llama_draft.LeanLlama` (as in `generate`, unless
 `lean_draft=False`): the same logits as HF's forward over the same slots, positions and mask, without HF's
-per-call machinery; a padded fed token attends to its own slot only, so its keys and values stay finite.
+per-call machinery. A padded fed token also attends to its own slot, so that no attention row is empty.
 
 Step. k = max_i k_i with k_i = min(gamma, remaining_i - 1): every row proposes and verifies k draft
 tokens but counts only its first k_i (and none after a drafted EOS), so its accepted lengths, exact
