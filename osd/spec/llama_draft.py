@@ -226,9 +226,8 @@ class LeanLlama:
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [B, 1, n, D] at position ids [B, n], as LlamaRotaryEmbedding computes them."""
-        freqs = positions.to(self.device, torch.float32)[..., None] * self.w.inv_freq.to(
-            self.device
-        )  # [B, n, D/2]
+        inv_freq = self.w.inv_freq.to(self.device)  # [D / 2]
+        freqs = positions.to(self.device, torch.float32)[..., None] * inv_freq  # [B, n, D / 2]
         angles = torch.cat([freqs, freqs], dim=-1)[:, None]
         dtype = self.w.embed.dtype
         return (angles.cos() * self.w.rope_scaling).to(dtype), (angles.sin() * self.w.rope_scaling).to(dtype)
