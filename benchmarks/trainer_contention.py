@@ -24,7 +24,7 @@ import torch
 from benchmarks.online_common import load_sources, make_parser, markdown_table, parse, save_results
 from osd.conversations import user_query
 from osd.distill.losses import get_divergence
-from osd.distill.online import BufferedQuery, buffer_query, distillation_loss
+from osd.online.buffer import BufferedQuery, buffer_query, distillation_loss
 from osd.models import load_model, load_tokenizer
 from osd.paths import DRAFT_PATH, TARGET_PATH
 from osd.prompting import encode_prompt

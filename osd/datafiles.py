@@ -5,7 +5,8 @@ over each other: one rule, `refuse_overwrite`, checked before any model loads.""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,33 @@ def refuse_overwrite(outputs: Mapping[str, str | Path], inputs: Mapping[str, str
         if target in seen:
             raise DataFileError(f"{flag} {out} and {seen[target]} are the same file; choose distinct outputs")
         seen[target] = f"{flag} {out}"
+
+
+OWNER_FILE = ".osd_owner"  # in an output folder: the tool that writes it
+
+
+def claim_output_dir(
+    path: str | Path, tool: str, outputs: Sequence[str], inputs: Mapping[str, str | Path | None]
+) -> Path:
+    """The folder `tool` writes `outputs` (names in it) into, created if missing. Refused when it would
+    destroy an input (`refuse_overwrite`) or when it holds files and `tool` did not claim it earlier;
+    from an earlier run of `tool` only its `outputs` are removed, anything else there stays."""
+    refuse_overwrite({"--output_dir": path}, inputs)
+    out, owner = Path(path), Path(path) / OWNER_FILE
+    if out.is_dir() and any(out.iterdir()):
+        if not owner.is_file() or owner.read_text().strip() != tool:
+            raise DataFileError(
+                f"--output_dir {path} holds files {tool} did not write; choose an empty or new folder"
+            )
+        for name in outputs:
+            old = out / name
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            elif old.exists() or old.is_symlink():
+                old.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    owner.write_text(tool + "\n")
+    return out
 
 
 def write_text(path: str | Path, text: str) -> None:

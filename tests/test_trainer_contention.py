@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from benchmarks.trainer_contention import train_forever
-from osd.distill.online import BufferedQuery
+from osd.online.buffer import BufferedQuery
 from osd.paths import TINY_DRAFT_PATH
 
 

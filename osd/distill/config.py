@@ -13,12 +13,12 @@ from transformers import TrainingArguments
 
 from osd.distill.losses import DIVERGENCES
 from osd.model_checks import DEFAULT_MAX_LENGTH
+from osd.online.config import OnlineArguments
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 from osd.spec.gamma import NEEDS_PROPOSALS, parse_gamma
 
 MODES = ("offline", "online")
 SAMPLE_SOURCES = ("teacher", "student", "mix_request", "mix_token")
-ONLINE_LOSS_POSITIONS = ("wrong", "all")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -119,7 +119,9 @@ class DataArguments:
 
 
 @dataclass
-class DistillTrainingArguments(TrainingArguments):
+class DistillTrainingArguments(OnlineArguments, TrainingArguments):
+    """TrainingArguments, the online loop's (osd.online.config), and the distillation's own."""
+
     mode: str = field(
         default="offline",
         metadata={"help": f"{list(MODES)}: distil on a fixed data set, or serve a stream and distil online."},
@@ -149,40 +151,6 @@ class DistillTrainingArguments(TrainingArguments):
             },
         )
     )
-    online_eval_interval: int = field(
-        default=10, metadata={"help": "Online mode: log the windowed alpha every this many queries."}
-    )
-    online_update_interval: int = field(
-        default=1,
-        metadata={
-            "help": "Online mode: take one distillation step every this many queries; 0 = never (static: "
-            "serve the stream with the draft as it is, Standard SD)."
-        },
-    )
-    online_steps_per_update: int = field(
-        default=1,
-        metadata={
-            "help": "Online mode: optimizer steps each update takes on its buffer (1: the paper's single step; "
-            "several smaller steps, e.g. 4 at a quarter of the lr, learn a shifted stream faster)."
-        },
-    )
-    online_replay_queries: int = field(
-        default=0,
-        metadata={
-            "help": "Online mode: keep this many recently served queries in the buffer after an update, so the "
-            "next update revisits them beside the new ones (0: the paper's buffer, emptied at each update)."
-        },
-    )
-    online_loss_positions: str = field(
-        default="wrong",
-        metadata={
-            "help": f"{list(ONLINE_LOSS_POSITIONS)}: online loss only where the draft was wrong, or on every generated token."
-        },
-    )
-    online_alpha_window: int = field(
-        default=50,
-        metadata={"help": "Online mode: alpha is also reported as a moving average over this many queries."},
-    )
     mix_ratio: float = field(
         default=0.5,
         metadata={
@@ -210,22 +178,6 @@ class DistillTrainingArguments(TrainingArguments):
     )
     eval_temperature: float = field(
         default=0.0, metadata={"help": "Speculative-decoding temperature when measuring alpha; 0 = greedy."}
-    )
-    draft_serving_dtype: str | None = field(
-        default=None,
-        metadata={
-            "help": "Online mode: serve with a copy of the draft in this dtype (e.g. bfloat16, 1.8x faster on a CPU "
-            "with AVX512-BF16), refreshed after each update, while the optimizer keeps the student's own "
-            "(float32) weights; default: serve the student itself."
-        },
-    )
-    online_background_update: bool = field(
-        default=False,
-        metadata={
-            "help": "Online mode: compute each update (the student's forward and backward on the buffer) in a "
-            "background thread while the next query is served, then step the optimizer and swap the serving "
-            "copy between queries; the updated draft serves one query later than without it. Needs a spare core."
-        },
     )
     freeze_embeddings: bool = field(
         default=False,
@@ -287,24 +239,9 @@ class DistillTrainingArguments(TrainingArguments):
         _check_choice("mode", self.mode, MODES)
         _check_choice("sample_source", self.sample_source, SAMPLE_SOURCES)
         _check_choice("kl_method", self.kl_method, sorted(DIVERGENCES))
-        _check_choice("online_loss_positions", self.online_loss_positions, ONLINE_LOSS_POSITIONS)
-        if self.draft_serving_dtype is not None:
-            _check_choice("draft_serving_dtype", self.draft_serving_dtype, DTYPES[1:])
         self.max_propose_num = parse_gamma(self.max_propose_num, plain_decoding=NEEDS_PROPOSALS)
-        if self.online_update_interval < 0:
-            raise ValueError(
-                f"--online_update_interval must be >= 0 (0: never), got {self.online_update_interval}"
-            )
-        for flag in (
-            "online_eval_interval",
-            "online_steps_per_update",
-            "online_alpha_window",
-            "max_new_tokens",
-        ):
-            if getattr(self, flag) < 1:
-                raise ValueError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
-        if self.online_replay_queries < 0:
-            raise ValueError(f"--online_replay_queries must be >= 0, got {self.online_replay_queries}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"--max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if (self.draft_vocab_size is None) != (self.draft_vocab_counts is None):
             raise ValueError(
                 "--draft_vocab_size and --draft_vocab_counts go together (the size, and the file to pick from)"

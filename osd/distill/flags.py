@@ -31,7 +31,6 @@ from osd.conversations import GROUP_FIELDS
 from osd.distill.config import (
     DTYPES,
     MODES,
-    ONLINE_LOSS_POSITIONS,
     SAMPLE_SOURCES,
     DataArguments,
     DistillTrainingArguments,
@@ -39,6 +38,7 @@ from osd.distill.config import (
 )
 from osd.distill.losses import DIVERGENCES
 from osd.distill.reference_flags import parse_cli
+from osd.online.config import LOSS_POSITIONS, SERVING_DTYPES
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +50,8 @@ CHOICES: dict[str, Sequence[str]] = {
     "mode": MODES,
     "sample_source": SAMPLE_SOURCES,
     "kl_method": sorted(DIVERGENCES),
-    "online_loss_positions": ONLINE_LOSS_POSITIONS,
-    "draft_serving_dtype": DTYPES[1:],
+    "online_loss_positions": LOSS_POSITIONS,
+    "draft_serving_dtype": SERVING_DTYPES,
     "route_by": GROUP_FIELDS,
 }
 USAGE = (

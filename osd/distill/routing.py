@@ -3,8 +3,8 @@ r"""Several drafts, one per query class, each distilled online on its own querie
 A router names the draft that serves a query: `field_router("topic")` reads a record field
 (dataset, topic or language), `classifier_router(fn)` applies fn to the query's prompt text.
 Each draft has its own buffer and takes an update after every --online_update_interval queries
-it served; the others are untouched (they receive no gradient, see `osd.distill.online` on why an
-optimizer step then leaves them unchanged). One optimizer holds all drafts' parameters.
+it served; the others are untouched (they receive no gradient, and an optimizer step leaves a
+parameter without one unchanged). One optimizer holds all drafts' parameters.
 
     drafts = RoutedDrafts({name: copy.deepcopy(student) for name in ("gsm8k", "spider")})
     trainer = RoutedOnlineDistillTrainer(model=drafts, router=field_router("dataset"),
@@ -105,18 +105,15 @@ class RoutedOnlineDistillTrainer(OnlineDistillTrainer):
             )
         self.router = router
 
-    def _route(
-        self, model: nn.Module, input_ids: torch.Tensor, groups: dict[str, str]
-    ) -> tuple[str, PreTrainedModel]:
-        drafts = self.accelerator.unwrap_model(model).drafts
-        prompt = self.processing_class.decode(input_ids[0], skip_special_tokens=True)
-        route = self.router(groups, prompt)
+    def drafts(self) -> dict[str, PreTrainedModel]:
+        return dict(self.accelerator.unwrap_model(self.model).drafts)
+
+    def route(self, prompt_ids: list[int], groups: dict[str, str]) -> str:
+        drafts = self.accelerator.unwrap_model(self.model).drafts
+        route = self.router(groups, self.processing_class.decode(prompt_ids, skip_special_tokens=True))
         if route not in drafts:
             raise ValueError(f"the router chose draft '{route}', but the drafts are {list(drafts)}")
-        return route, drafts[route]
-
-    def _draft_for(self, key: str) -> PreTrainedModel:
-        return self.accelerator.unwrap_model(self.model).drafts[key]
+        return route
 
     def evaluate(self, *args, **kwargs) -> dict[str, float]:
         raise ValueError(

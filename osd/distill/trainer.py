@@ -221,6 +221,8 @@ class DistillTrainer(Trainer):
     ) -> tuple[list[dict], torch.Tensor | None]:
         """The micro-batches of one optimizer step, sampled, and their total count of response tokens."""
         batch_samples, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self.args.mode == "online":  # the online loop serves the collated queries itself
+            return batch_samples, None
         batch_samples = [self.make_training_batch(b) for b in batch_samples]
         if not batch_samples:
             return batch_samples, None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from dataclasses import replace
 import json
 
 import pytest
@@ -12,12 +13,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.analysis import online_replay, record
-from osd.analysis.online_replay import Recipe, buffered, offline_ceiling, replay, summarize
+from osd.analysis.online_replay import PRESET, offline_ceiling, replay, summarize
 from osd.analysis.record import record_prompts
 from osd.analysis.recording import PromptRecord, Recording, load_recording, tokenizer_identity
 from osd.analysis.simulate import simulate
 from osd.datafiles import DataFileError
 from osd.distill.lm_training import IGNORE
+from osd.online import replay_server
+from osd.online.replay_server import topk_query
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
 from osd.spec.draft_vocab import apply_draft_vocab
 from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
@@ -35,7 +38,7 @@ def stream():
 
 def test_without_learning_it_is_simulate(stream):
     draft, recording = stream
-    served = replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(), learn=False)
+    served = replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, PRESET, learn=False)
     simulated = simulate(recording, draft, RANDOM_TOKENIZER, gamma=3)
     for s, sim in zip(served, simulated, strict=True):
         assert s["counted"] == sum(it.counted for it in sim.iterations)
@@ -49,21 +52,21 @@ def test_update_interval_zero_is_static(stream):
     draft, recording = stream
     static_draft = copy.deepcopy(draft)
     before = {k: v.clone() for k, v in static_draft.state_dict().items()}
-    static = replay(recording, static_draft, RANDOM_TOKENIZER, 3, Recipe(update_interval=0))
-    assert static == replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(), learn=False)
+    static = replay(recording, static_draft, RANDOM_TOKENIZER, 3, replace(PRESET, online_update_interval=0))
+    assert static == replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, PRESET, learn=False)
     assert all(torch.equal(v, static_draft.state_dict()[k]) for k, v in before.items())
-    assert static != replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(learning_rate=1e-2))
+    assert static != replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, PRESET, learning_rate=1e-2)
 
 
 def served_heads(monkeypatch) -> list[torch.Tensor]:
     """Fills, as the replay serves, with the LM head of the model serving each query."""
-    heads, real = [], online_replay.replay_greedy
+    heads, real = [], replay_server.replay_greedy
 
     def spy(model, *args, **kwargs):
         heads.append(model.lm_head.weight.detach().clone())
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(online_replay, "replay_greedy", spy)
+    monkeypatch.setattr(replay_server, "replay_greedy", spy)
     return heads
 
 
@@ -76,7 +79,8 @@ def test_the_draft_changes_only_at_updates_and_learns(stream, monkeypatch):
         draft,
         RANDOM_TOKENIZER,
         3,
-        Recipe(learning_rate=1e-2, update_interval=2, steps_per_update=2),
+        replace(PRESET, online_update_interval=2, online_steps_per_update=2),
+        learning_rate=1e-2,
     )
     moved = [not torch.equal(a, b) for a, b in zip(snapshots, snapshots[1:], strict=False)]
     assert moved == [False, True, False, True, False]  # after queries 2 and 4 (6 ends the stream)
@@ -85,7 +89,8 @@ def test_the_draft_changes_only_at_updates_and_learns(stream, monkeypatch):
 def test_buffered_example_labels_the_positions_and_keeps_their_top_k(stream):
     _, recording = stream
     rec = recording.prompts[0]
-    (ids, labels), top = buffered(rec, [0, 3])
+    query = topk_query(rec, [0, 3])
+    (ids, labels), top = query.example, query.target
     t = len(rec.prompt_ids)
     assert ids == rec.prompt_ids + rec.output_ids
     assert [i for i, y in enumerate(labels) if y != IGNORE] == [t, t + 3]
@@ -137,7 +142,7 @@ def test_offline_ceiling_learns_what_it_is_given(stream):
     more = Recording(recording.header, other_queries(recording.prompts))  # the tails' twins, under other ids
     ceiling = offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=30, more=(more, groups),
                               batch_size=3, learning_rate=1e-2)  # fmt: skip
-    standard = summarize(replay(recording, draft, RANDOM_TOKENIZER, 3, Recipe(), learn=False), groups)
+    standard = summarize(replay(recording, draft, RANDOM_TOKENIZER, 3, PRESET, learn=False), groups)
     assert set(ceiling) == {"a", "b"}
     assert all(ceiling[g] > standard[g] for g in ("a", "b")), (ceiling, standard)
 
@@ -150,7 +155,12 @@ def test_a_bf16_copy_serves_refreshed_after_each_update_while_the_draft_trains_i
     heads = served_heads(monkeypatch)
     bf16 = torch.bfloat16
     replay(
-        recording, draft, RANDOM_TOKENIZER, 3, Recipe(learning_rate=1e-2, update_interval=4), serve_dtype=bf16
+        recording,
+        draft,
+        RANDOM_TOKENIZER,
+        3,
+        replace(PRESET, online_update_interval=4, draft_serving_dtype="bfloat16"),
+        learning_rate=1e-2,
     )
     assert draft.dtype == torch.float32
     assert all(h.dtype == bf16 for h in heads)
@@ -161,8 +171,8 @@ def test_a_bf16_copy_serves_refreshed_after_each_update_while_the_draft_trains_i
 
 def test_static_bf16_serving_is_simulate_with_a_bf16_draft(stream):
     draft, recording = stream
-    served = replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, Recipe(), learn=False,
-                    serve_dtype=torch.bfloat16)  # fmt: skip
+    bf16 = replace(PRESET, draft_serving_dtype="bfloat16")
+    served = replay(recording, copy.deepcopy(draft), RANDOM_TOKENIZER, 3, bf16, learn=False)
     simulated = simulate(recording, copy.deepcopy(draft).to(torch.bfloat16), RANDOM_TOKENIZER, gamma=3)
     assert [s["alpha_sum"] for s in served] == [
         sum(it.alpha_sum for it in sim.iterations) for sim in simulated
@@ -192,7 +202,7 @@ def test_saved_draft_is_the_online_draft_after_the_stream(recorded_file, tmp_pat
     expected = apply_draft_vocab(copy.deepcopy(start))
     torch.manual_seed(0)  # main's --seed
     tokenizer = tokenizer_identity(AutoTokenizer.from_pretrained(TINY_DRAFT_PATH))
-    replay(load_recording(rec), expected, tokenizer, 3, Recipe(learning_rate=1e-2))
+    replay(load_recording(rec), expected, tokenizer, 3, PRESET, learning_rate=1e-2)
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "online")
     assert saved.dtype == torch.bfloat16
     assert any(not torch.equal(v, start.state_dict()[k]) for k, v in expected.state_dict().items())

@@ -16,7 +16,8 @@ from online_fixtures import VOCAB, make_pair, make_tokenizer, make_trainer, tied
 from transformers import LlamaForCausalLM, T5ForConditionalGeneration, TrainerCallback
 
 from osd.distill.losses import forward_kl
-from osd.distill.online import buffer_query, distillation_loss, logits_at
+from osd.online.buffer import buffer_query, distillation_loss, logits_at
+from osd.online.engine_server import EngineServer
 from osd.spec import SpeculativeDecoder
 from tests.devices import DEVICES
 from tests.tiny_models import tiny_t5_config
@@ -125,7 +126,7 @@ def test_student_changes_only_at_update_steps(tmp_path):
         for before, after in zip(spy.snapshots, spy.snapshots[1:], strict=False)
     ]
     assert changed == [False, False, True, False, False, True]
-    assert trainer.online.updates == 2 and not any(trainer.buffers.values())
+    assert trainer.loop.state.updates == 2 and not any(trainer.loop.updater.buffers.queries.values())
     # Trainer's own loss entries (logging_steps) survive the online entries logged at the same steps
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [e["step"] for e in lines if "learning_rate" in e] == [2, 4, 6]
@@ -139,16 +140,16 @@ def test_replay_keeps_the_last_queries_for_the_next_update(tmp_path, background)
     stream = write_stream(tmp_path / "stream.json", 6)
     trainer = make_trainer(tmp_path, stream, draft, target, online_update_interval=2, online_replay_queries=1,
                            online_background_update=background)  # fmt: skip
-    trained, backward = [], trainer._backward
-    trainer._backward = lambda d, buffer: (
-        trained.append([q.input_ids.tolist() for q in buffer]) or backward(d, buffer)
+    trained, loss = [], trainer._loss
+    trainer._loss = lambda d, buffer, bw: (
+        trained.append([q.input_ids.tolist() for q in buffer]) or loss(d, buffer, bw)
     )
     trainer.train()
     prompts = [list(trainer.train_dataset[i]["prompt_ids"]) for i in range(6)]
     assert len({tuple(p) for p in prompts}) == 6
     assert trained == [prompts[0:2], prompts[1:4], prompts[3:6]]
-    assert trainer.online.updates == 3
-    assert [q.replayed for q in trainer.buffers["shared"]] == [True]
+    assert trainer.loop.state.updates == 3
+    assert [q.replayed for q in trainer.loop.updater.buffers.queries["shared"]] == [True]
 
 
 def test_logs_alpha_per_group_as_the_engine_measures_it(tmp_path):
@@ -213,8 +214,9 @@ def test_resume_continues_exactly_without_lost_or_duplicated_metrics(
     interrupted.add_callback(StopAt(stop))
     with pytest.raises(KeyboardInterrupt):
         interrupted.train()
-    # steps after the checkpoint were logged (the stopped one was interrupted before its log): lost with the run
-    assert [e["step"] for e in online_entries(tmp_path / "run")] == list(range(1, stop))
+    # steps after the checkpoint were logged (the stopped one too: its entry is made at the step's end, before
+    # this callback interrupts it): lost with the run
+    assert [e["step"] for e in online_entries(tmp_path / "run")] == list(range(1, stop + 1))
 
     resumed = make_trainer(tmp_path, stream, copy.deepcopy(draft), target, **save)
     resumed.train(resume_from_checkpoint=True)
@@ -283,7 +285,7 @@ def test_static_run_serves_without_buffering(tmp_path, interval):
     before = copy.deepcopy(draft.state_dict())
     trainer = make_trainer(tmp_path, stream, draft, target, online_update_interval=interval)
     trainer.train()
-    assert trainer.online.max_buffer_bytes == 0 and not any(trainer.buffers.values())
+    assert trainer.loop.state.max_buffer_bytes == 0 and not any(trainer.loop.updater.buffers.queries.values())
     assert [e["queries_served"] for e in online_entries(tmp_path / "run")] == [1, 2, 3]
     assert all(torch.equal(v, draft.state_dict()[k]) for k, v in before.items())
 
@@ -312,26 +314,26 @@ def test_routing_cli_runs_one_draft_per_field_value(tmp_path):
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == metrics
 
 
-def test_bf16_serving_copy_follows_the_float32_student(tmp_path):
+def test_bf16_serving_copy_follows_the_float32_student(tmp_path, monkeypatch):
     """--draft_serving_dtype: the engine serves a bf16 copy that equals the fp32 student after each update."""
     draft, target = make_pair()
     stream = write_stream(tmp_path / "stream.json", 4)
     trainer = make_trainer(tmp_path, stream, draft, target, draft_serving_dtype="bfloat16")
     served = []
-    original = trainer._serve
-    trainer._serve = lambda model, ids: (
+    original = EngineServer._generate
+    monkeypatch.setattr(EngineServer, "_generate", lambda server, model, prompts, first: (
         served.append({k: v.clone() for k, v in model.state_dict().items()} | {"dtype": model.dtype})
-        or original(model, ids)
-    )
+        or original(server, model, prompts, first)
+    ))  # fmt: skip
     trainer.train()
-    assert draft.dtype == torch.float32 and trainer.online.updates == 2
+    assert draft.dtype == torch.float32 and trainer.loop.state.updates == 2
     assert all(s["dtype"] == torch.bfloat16 for s in served)
     # queries 1-2 see the initial weights; query 3 is served after the first update's optimizer step
     name = "model.layers.0.mlp.up_proj.weight"
     assert torch.equal(served[0][name], served[1][name])
     assert not torch.equal(served[1][name], served[2][name])
     assert torch.equal(served[3][name], served[2][name])
-    final = trainer._serving_draft("shared", draft).state_dict()[name]
+    final = trainer.loop.updater.serving("shared").state_dict()[name]
     torch.testing.assert_close(final, draft.state_dict()[name].to(torch.bfloat16), rtol=0, atol=0)
 
 
@@ -344,11 +346,11 @@ def test_steps_per_update_takes_that_many_adamw_steps_on_the_buffer(tmp_path, de
     stream = write_stream(tmp_path / "stream.json", 4)
     trainer = make_trainer(tmp_path, stream, draft, target, online_steps_per_update=3, max_grad_norm=0.0,
                            use_cpu=device == "cpu")  # fmt: skip
-    buffers, backward = [], trainer._backward
-    trainer._backward = lambda d, buffer: buffers.append(buffer) or backward(d, buffer)
+    buffers, loss = [], trainer._loss
+    trainer._loss = lambda d, buffer, bw: buffers.append(buffer) or loss(d, buffer, bw)
     trainer.train()
     assert draft.device.type == device and trainer.teacher_model.device.type == device
-    assert trainer.online.updates == 2 and len(buffers) == 6
+    assert trainer.loop.state.updates == 2 and len(buffers) == 6
     assert buffers[0] is buffers[2] and buffers[3] is buffers[5] and buffers[2] is not buffers[3]
     opt = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.0)
     for buffer in buffers:
@@ -370,10 +372,10 @@ def test_freeze_embeddings_trains_every_weight_but_the_input_embedding(tmp_path,
     stream = write_stream(tmp_path / "stream.json", 4)
     trainer = make_trainer(tmp_path, stream, draft, target, freeze_embeddings=True, online_loss_positions="all",
                            online_background_update=background, use_cpu=device == "cpu")  # fmt: skip
-    buffers, backward = [], trainer._backward
-    trainer._backward = lambda d, buffer: buffers.append(buffer) or backward(d, buffer)
+    buffers, loss = [], trainer._loss
+    trainer._loss = lambda d, buffer, bw: buffers.append(buffer) or loss(d, buffer, bw)
     trainer.train()
-    assert trainer.online.updates == 2 and len(buffers) == 2 and embedding.device.type == device
+    assert trainer.loop.state.updates == 2 and len(buffers) == 2 and embedding.device.type == device
     assert torch.equal(embedding.cpu(), embedding_before) and not embedding.requires_grad
     assert not torch.equal(head.cpu(), head_before)
     assert all(p is not embedding for group in trainer.optimizer.param_groups for p in group["params"])
@@ -388,11 +390,11 @@ def test_freeze_embeddings_trains_every_weight_but_the_input_embedding(tmp_path,
 
 @pytest.mark.parametrize("steps", [1, 3])
 @pytest.mark.parametrize("device", DEVICES)
-def test_background_update_takes_the_same_steps_one_query_later(tmp_path, steps, device):
+def test_background_update_takes_the_same_steps_one_query_later(tmp_path, monkeypatch, steps, device):
     """--online_background_update: each update computes the grads it would without the flag (same weights, same
     buffer) in a worker thread, and the updated draft serves one query later. With the loss on every generated
     token and greedy serving, the buffers do not depend on the draft, so the final weights must agree; with
-    --online_steps_per_update 3 the worker also takes the update's first two optimizer steps."""
+    --online_steps_per_update 3 the worker takes the update's three optimizer steps."""
     stream = write_stream(tmp_path / "stream.json", 8)
     runs = {}
     for background in (False, True):
@@ -401,15 +403,15 @@ def test_background_update_takes_the_same_steps_one_query_later(tmp_path, steps,
                                online_background_update=background, online_steps_per_update=steps,
                                use_cpu=device == "cpu")  # fmt: skip
         served, threads = [], set()
-        serve_, backward_ = trainer._serve, trainer._backward
-        trainer._serve = lambda model, ids, served=served, serve_=serve_: (
-            served.append({k: v.clone() for k, v in model.state_dict().items()}) or serve_(model, ids)
-        )
-        trainer._backward = lambda *a, threads=threads, backward_=backward_: (
-            threads.add(threading.get_ident()) or backward_(*a)
+        serve_, loss_ = EngineServer._generate, trainer._loss
+        monkeypatch.setattr(EngineServer, "_generate", lambda server, model, prompts, first, served=served, serve_=serve_: (
+            served.append({k: v.clone() for k, v in model.state_dict().items()}) or serve_(server, model, prompts, first)
+        ))  # fmt: skip
+        trainer._loss = lambda *a, threads=threads, loss_=loss_: (
+            threads.add(threading.get_ident()) or loss_(*a)
         )
         trainer.train()
-        assert trainer.online.updates == 4
+        assert trainer.loop.state.updates == 4
         runs[background] = draft, trainer, served, threads
     (draft_sync, _, served_sync, _), (draft_bg, trainer_bg, served_bg, threads_bg) = runs[False], runs[True]
     name = "model.layers.0.mlp.up_proj.weight"
@@ -423,8 +425,10 @@ def test_background_update_takes_the_same_steps_one_query_later(tmp_path, steps,
         torch.testing.assert_close(served_bg[i][name], served_sync[i - 1][name], **same)
     torch.testing.assert_close(draft_bg.state_dict(), draft_sync.state_dict(), **same)
     assert threading.get_ident() in threads_bg and len(threads_bg) == 2  # 3 in the worker, the last one here
-    assert trainer_bg._serving["shared"] is not draft_bg  # the worker trains the student, a copy serves
-    assert trainer_bg.online.background_update_time_s > 0
+    assert (
+        trainer_bg.loop.updater.serving("shared") is not draft_bg
+    )  # the worker trains the student, a copy serves
+    assert trainer_bg.loop.state.background_update_time_s > 0
 
 
 @pytest.mark.parametrize("background", [False, True])
@@ -441,12 +445,12 @@ def test_batched_serving_matches_one_query_per_step(tmp_path, background):
         trainer.train()
         runs[batch] = draft, trainer
     (draft_1, t1), (draft_2, t2) = runs[1], runs[2]
-    assert len(t2.online.queries) == 8 and t2.state.global_step == 4
+    assert len(t2.loop.state.queries) == 8 and t2.state.global_step == 4
     if background:  # the update due after a step lands one step later: queries 3-4 see the older draft
-        assert t2.online.updates == t1.online.updates
+        assert t2.loop.state.updates == t1.loop.state.updates
         return
-    for q1, q2 in zip(t1.online.queries, t2.online.queries, strict=True):
+    for q1, q2 in zip(t1.loop.state.queries, t2.loop.state.queries, strict=True):
         assert q2.groups == q1.groups
         assert q2.alpha_sum == pytest.approx(q1.alpha_sum, abs=1e-5) and q2.num_proposed == q1.num_proposed
     torch.testing.assert_close(draft_2.state_dict(), draft_1.state_dict())
-    assert t2.online.updates == 4
+    assert t2.loop.state.updates == 4

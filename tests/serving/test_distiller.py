@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from osd.distill.online import distillation_loss
+from osd.online.buffer import distillation_loss
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.serving.distiller import DraftDistiller, export_draft
 from osd.spec.draft_vocab import SubVocabHead, set_draft_vocab

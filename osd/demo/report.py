@@ -1,0 +1,198 @@
+"""The main job's report: Standard SD and the target alone on the online run's tail queries, the alpha
+and latency tables, this machine's costs with Eq. 2, and the recorded offline ceiling."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from osd.alpha import format_alpha
+from osd.cost_model import speedup_measured_verify
+from osd.demo.step_cost import cost_ratio
+from osd.online.records import QueryStats, queries_alpha, tail_length
+from osd.paths import REPO_ROOT
+from osd.plots import dataset_bands, plot_alpha
+from osd.spec import AcceptanceStats, SpeculativeDecoder
+from osd.spec.evaluate import target_only_greedy
+from osd.spec.timing import step_time
+
+
+@torch.inference_mode()
+def serve_tail(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new_tokens: int, eos: int) -> dict:
+    """Serve prompts with `decoder` and with the target alone; alpha and (tokens, seconds) of each."""
+    outs = [
+        decoder.generate(torch.tensor([p]), max_new_tokens=max_new_tokens, eos_token_id=eos) for p in prompts
+    ]
+    baseline_tokens, baseline_s = 0, 0.0
+    for p in prompts:
+        start = time.perf_counter()
+        baseline_tokens += len(target_only_greedy(decoder.target, torch.tensor([p]), max_new_tokens, eos))
+        baseline_s += time.perf_counter() - start
+    stats = AcceptanceStats.from_outputs(outs)
+    return {"alpha": stats.alpha, "sd_tokens": stats.num_generated, "sd_s": stats.wall_time_s,
+            "target_tokens": baseline_tokens, "target_s": baseline_s}  # fmt: skip
+
+
+def tail_rows(stream: list[dict], dataset, queries: list[QueryStats], decoder: SpeculativeDecoder, eos: int, args) -> list[dict]:  # fmt: skip
+    """Per domain, its last --tail queries: the online run's alpha and latency on them, and Standard SD's
+    and the target alone's, served now."""
+    rows = []
+    for domain in tqdm(args.domains, desc="Standard SD and the target alone on the same queries"):
+        indices = last_of_domain(stream, domain, args.tail)
+        prompts = [dataset[i]["prompt_ids"] for i in indices]
+        standard = serve_tail(decoder, prompts, args.max_new_tokens, eos)
+        rows.append(
+            {
+                "domain": domain,
+                "queries": indices,
+                "online": online_on(queries, indices),
+                "standard": standard,
+            }
+        )
+    return rows
+
+
+def mean_context(dataset, max_new_tokens: int) -> int:
+    """The stream's mean prompt length plus half an answer: where the costs are measured."""
+    return (
+        sum(len(dataset[i]["prompt_ids"]) for i in range(len(dataset))) // len(dataset) + max_new_tokens // 2
+    )
+
+
+def plot_run(queries: list[QueryStats], rows: list[dict], stream: list[dict], png: Path, target_name: str, args,
+             update_interval: int) -> Path:  # fmt: skip
+    """Alpha over the stream (each query's, averaged over --tail), with the domains' bands and references."""
+    abrupt = args.stream == "abrupt"
+    return plot_alpha(
+        {"online": alpha_points(queries)}, png, window=args.tail,
+        bands=dataset_bands([r["dataset"] for r in stream]) if abrupt else (),
+        segment_references=segment_lines(rows) if abrupt else None,
+        title=f"Online SD, {target_name}: {args.per_domain} queries per domain ({args.stream}), "
+        f"update every {update_interval}",
+    )  # fmt: skip
+
+
+def online_on(queries: list[QueryStats], indices: list[int]) -> dict:
+    """Token-weighted alpha and (tokens, seconds) of the online run over the queries at `indices`."""
+    picked = [queries[i] for i in indices]
+    return {"alpha": queries_alpha(picked), "tokens": sum(q.num_generated for q in picked),
+            "s": sum(q.wall_time_s for q in picked)}  # fmt: skip
+
+
+def last_of_domain(stream: list[dict], domain: str, n: int) -> list[int]:
+    """Stream indices of the last n queries of `domain` (the end of its segment in an abrupt stream)."""
+    return [i for i, r in enumerate(stream) if r["dataset"] == domain][-n:]
+
+
+def segment_lines(rows: list[dict]) -> dict[str, list[tuple[int, int, float]]]:
+    """Dotted lines over each domain's compared queries: Standard SD and, when recorded, the ceiling."""
+
+    def over(r: dict, alpha: float) -> tuple[int, int, float]:
+        return r["queries"][0], r["queries"][-1] + 1, alpha
+
+    lines = {"Standard (same queries)": [over(r, r["standard"]["alpha"]) for r in rows]}
+    if all("ceiling" in r for r in rows):
+        lines["offline-distilled ceiling (recorded run)"] = [over(r, r["ceiling"]) for r in rows]
+    return lines
+
+
+def print_tables(rows: list[dict], gamma: int) -> None:
+    counts = sorted({len(r["queries"]) for r in rows})
+    print(
+        f"\nlast {'/'.join(map(str, counts))} queries of each domain in the stream (greedy, gamma {gamma}):"
+    )
+    print(f"{'domain':<10} {'Standard alpha':>15} {'online alpha':>13} {'offline ceiling':>16}")
+    for r in rows:
+        ceiling = format_alpha(r.get("ceiling"))
+        standard, online = format_alpha(r["standard"]["alpha"]), format_alpha(r["online"]["alpha"])
+        print(f"{r['domain']:<10} {standard:>15} {online:>13} {ceiling:>16}")
+    print("\nlatency on the same queries, tokens/s (speedup over the target alone):")
+    print(f"{'domain':<10} {'target only':>12} {'Standard SD':>18} {'online SD':>18}")
+    for r in rows + [total_row(rows)]:
+        base, std, onl = tokens_per_s(r)
+        print(
+            f"{r['domain']:<10} {base:>12.1f} {std:>10.1f} ({std / base:.2f}x) {onl:>10.1f} ({onl / base:.2f}x)"
+        )
+
+
+def tokens_per_s(row: dict) -> tuple[float, float, float]:
+    """tokens/s of the target alone, Standard SD and online SD in one row of the tables (or `total_row`)."""
+    std = row["standard"]
+    return (
+        std["target_tokens"] / std["target_s"],
+        std["sd_tokens"] / std["sd_s"],
+        row["online"]["tokens"] / row["online"]["s"],
+    )
+
+
+def total_row(rows: list[dict]) -> dict:
+    """The domains' rows summed: the tables' "all" row."""
+
+    def add(part: str, key: str) -> float:
+        return sum(r[part][key] for r in rows)
+
+    return {"domain": "all", "standard": {k: add("standard", k) for k in ("sd_tokens", "sd_s", "target_tokens", "target_s")},
+            "online": {k: add("online", k) for k in ("tokens", "s")}}  # fmt: skip
+
+
+def machine_costs(standard, target, gamma: int, context: int, rows: list[dict]) -> dict[str, float]:
+    """This machine's costs, measured after serving (a few seconds): c (a draft step / a target step), the
+    verification of gamma + 1 tokens in target steps, and Eq. 2 with them at the mean tail alphas."""
+    c, _, step = cost_ratio(standard, target, context, reps=5, rounds=3)
+    costs = {"c": c, "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step}
+    for run in ("standard", "online"):
+        alpha = sum(r[run]["alpha"] or 0.0 for r in rows) / len(rows)
+        costs[f"eq2_{run}"] = speedup_measured_verify(alpha, gamma, costs["c"], costs["verify_cost"])
+    return costs
+
+
+def print_costs(costs: dict[str, float], info: dict, gamma: int, dtype: str) -> None:
+    print(
+        f"\nthis machine ({info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
+        f"{', '.join(info['cpu_bf16_instructions']) or 'none'}): verifying {gamma + 1} tokens costs "
+        f"{costs['verify_cost']:.2f} target steps, a draft step {costs['c']:.3f} of one; Eq. 2 with these "
+        f"costs predicts Standard SD {costs['eq2_standard']:.2f}x, online SD {costs['eq2_online']:.2f}x"
+    )
+    if costs["verify_cost"] > 1.5:
+        print(
+            "speculative decoding pays where a verification costs little more than one step (memory-bound "
+            "decoding); here it is compute-bound, so it gains little or loses, whatever the draft's alpha"
+        )
+        if dtype == "bfloat16" and not info["cpu_bf16_instructions"]:
+            print(
+                "this CPU converts bf16 to float32 in every matmul; with --dtype float32 the engine verifies 4 "
+                "tokens in about one float32 step (osd.spec.weight_major), though a float32 step reads twice "
+                "the bytes of a bf16 one"
+            )
+
+
+def alpha_points(queries: list[QueryStats]) -> tuple[list[float], list[float]]:
+    """(queries served, alpha) of each query that proposed anything: the plot's online curve."""
+    points = [(n, queries_alpha([q])) for n, q in enumerate(queries, start=1)]
+    return [float(n) for n, a in points if a is not None], [a for _, a in points if a is not None]
+
+
+def recorded_ceiling(path: str, stream: list[dict], args: argparse.Namespace) -> dict[str, float] | None:
+    """Per-domain alpha of the offline-distilled ceiling from an `osd.analysis.online_replay
+    --offline_steps` result, if it was recorded on this very stream, draft, gamma and answer length, over
+    the tail the tables compare (the last third of each block); else None, with a note."""
+    if path == "none" or not Path(path).is_file():
+        return None
+    recorded = json.loads(Path(path).read_text())
+    same = {
+        "stream": [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream],
+        "draft": (REPO_ROOT / recorded["draft"]).resolve() == Path(args.draft).resolve(),
+        "gamma": recorded.get("gamma") == args.gamma,
+        "max_new_tokens": recorded.get("max_new_tokens") == args.max_new_tokens,
+        "tail": args.tail == tail_length(args.per_domain),
+    }
+    if not all(same.values()) or "offline" not in recorded:
+        differ = [k for k, v in same.items() if not v] or ["no offline run"]
+        print(f"--ceiling {path}: recorded with another {', '.join(differ)}; the plot has no ceiling line")
+        return None
+    return recorded["offline"]

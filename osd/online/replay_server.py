@@ -1,0 +1,120 @@
+"""A recording of the target as the online loop's server: each query is served by greedy speculative
+decoding *simulated* against the target's recorded output (`osd.analysis.simulate`: exactly the
+engine's acceptance), so only the draft runs. The buffer keeps the target's recorded top-K at the loss
+positions, and the update's loss is a soft cross-entropy against it (`osd.distill.teacher_topk`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from osd.analysis.recording import PromptRecord, Recording
+from osd.analysis.simulate import Iteration, replay_greedy
+from osd.distill.lm_training import IGNORE, Example
+from osd.distill.teacher_topk import TopK, topk_distillation
+from osd.online.loop import DraftFor, Query, Served
+from osd.online.records import QueryStats
+from osd.online.updater import DraftUpdater
+
+
+def wrong_positions(iterations: list[Iteration]) -> list[int]:
+    """Output positions where the target replaced a rejected draft token (n < k): an iteration that
+    ends with `matched_so_far` tokens put the target's own token at matched_so_far - 1."""
+    return [it.matched_so_far - 1 for it in iterations if it.accepted < it.proposed]
+
+
+@dataclass
+class TopKQuery:
+    """A replayed query as the update needs it: a training example with labels at the loss positions,
+    and the target's top-K there (None: no loss position)."""
+
+    example: Example | None
+    target: TopK | None
+    replayed: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.target is None else self.target.ids.nbytes + self.target.logp.nbytes
+
+
+def topk_query(rec: PromptRecord, positions: list[int]) -> TopKQuery:
+    """The query with labels at `positions` of its output, and the target's top-K there."""
+    if not positions:
+        return TopKQuery(None, None)
+    ids = rec.prompt_ids + rec.output_ids
+    labels = [IGNORE] * len(ids)
+    for p in positions:
+        labels[len(rec.prompt_ids) + p] = ids[len(rec.prompt_ids) + p]
+    at = torch.tensor(positions, dtype=torch.long)
+    logp = rec.topk_logits[at] - rec.logsumexp[at, None]  # [W, K]
+    return TopKQuery((ids, labels), TopK(rec.topk_ids[at], logp.to(torch.float16)))
+
+
+def topk_loss(
+    draft: Any, buffer: list[TopKQuery], backward: Callable[[torch.Tensor], None]
+) -> torch.Tensor | None:
+    """The update's loss on a replay buffer (None: no loss position), back-propagated."""
+    kept = [q for q in buffer if q.example is not None]
+    if not kept:
+        return None
+    loss, _ = topk_distillation([q.example for q in kept], [q.target for q in kept])(
+        draft, list(range(len(kept)))
+    )
+    backward(loss)
+    return loss.detach()
+
+
+@dataclass
+class ReplayServer:
+    recording: Recording
+    gamma: int
+    vocab: int  # the shared vocabulary size (osd.analysis.simulate.check_draft)
+
+    def __post_init__(self) -> None:
+        eos = self.recording.header["eos_token_id"]
+        self.eos = set() if eos is None else {eos}
+        self.wrong: list[int] = []  # per served query: its wrong positions
+
+    def serve(self, queries: Sequence[Query], draft_for: DraftFor, first_index: int) -> list[Served]:
+        return [self._serve(q, draft_for(q.route)) for q in queries]
+
+    def stream(
+        self, queries: Sequence[Query], draft_for: DraftFor, before: Callable[[], None]
+    ) -> Iterator[list[Served]]:
+        for query in queries:
+            before()
+            yield [self._serve(query, draft_for(query.route))]
+
+    def refresh(self, updater: DraftUpdater) -> None:
+        """Nothing to do: each query is served with `draft_for`."""
+
+    def metrics(self) -> dict[str, Any]:
+        return {}
+
+    def _serve(self, query: Query, draft: Any) -> Served:
+        rec: PromptRecord = query.source
+        start = time.perf_counter()
+        sim = replay_greedy(draft, rec, self.gamma, len(rec.output_ids), self.eos, self.vocab)
+        wrong = wrong_positions(sim.iterations)
+        self.wrong.append(len(wrong))
+        stats = QueryStats(
+            sum(it.alpha_sum for it in sim.iterations), sum(it.counted for it in sim.iterations),
+            sum(it.accepted for it in sim.iterations), len(sim.iterations), query.groups,
+            len(sim.generated_ids), time.perf_counter() - start,
+        )  # fmt: skip
+
+        def keep(loss_positions: str) -> TopKQuery:
+            return topk_query(rec, wrong if loss_positions == "wrong" else list(range(len(rec.output_ids))))
+
+        return Served(query.route, stats, keep)
+
+
+def recording_queries(recording: Recording, groups: list[str]) -> list[Query]:
+    """The recording's prompts as the loop's queries, grouped by dataset."""
+    return [
+        Query(r.prompt_ids, {"dataset": g}, source=r) for r, g in zip(recording.prompts, groups, strict=True)
+    ]

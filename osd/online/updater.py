@@ -1,0 +1,178 @@
+"""The updater: distils the drafts on what the loop buffered, and keeps the copies that serve.
+
+One update of a route's draft = --online_steps_per_update optimizer steps on its buffer (`loss` back-
+propagated query by query, then `optimizer_step`). Drafts of different routes have disjoint
+parameters: each step back-propagates every due buffer, then steps once. The buffer is then
+emptied but for its last --online_replay_queries queries, which the next update revisits.
+
+Serving copies. With --draft_serving_dtype (or a background update) a copy of each draft serves,
+reloaded from the draft after each of its updates; the optimizer keeps the draft's own weights.
+
+Background updates (--online_background_update). A due update waits until the loop next refreshes
+what it serves (`start`, just before it serves again): the serving copies are reloaded, then a worker
+thread runs the whole update while the copies serve. `finish` collects it (waiting, or only when done)
+and marks the copies stale. torch ops release the GIL, so serving and the update each use a core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+from torch import nn
+
+from osd.online.buffer import Buffers, materialize
+from osd.online.config import OnlineArguments
+from osd.online.records import OnlineState
+
+# (draft, buffered queries, backward) -> the mean loss over the buffer, detached (None: nothing to learn)
+LossFn = Callable[[nn.Module, list[Any], Callable[[torch.Tensor], None]], torch.Tensor | None]
+
+
+def adamw_step(
+    params: Any, learning_rate: float, weight_decay: float = 0.0, max_grad_norm: float = 0.0
+) -> Callable[[], None]:
+    """A plain AdamW optimizer step (clip, step, zero the grads) for a loop that runs outside Trainer."""
+    params = [p for p in params if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
+
+    def step() -> None:
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+class DraftUpdater:
+    """Buffers served queries per route and distils each route's draft when its buffer is due."""
+
+    def __init__(
+        self,
+        drafts: Mapping[str, nn.Module],
+        loss: LossFn,
+        optimizer_step: Callable[[], None],
+        config: OnlineArguments,
+        state: OnlineState,
+        learns: bool = True,
+        backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
+        compute_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ) -> None:
+        """learns=False: a static run (Standard SD), nothing is buffered. compute_context: entered in the
+        thread that computes the loss (autocast is per thread)."""
+        self.drafts, self.loss, self.optimizer_step = drafts, loss, optimizer_step
+        self.config, self.state, self.learns = config, state, learns
+        self.backward, self.compute_context = backward, compute_context
+        self.buffers = Buffers(config.online_update_interval, config.online_replay_queries)
+        self.version = 0  # updates landed so far: what is served must be refreshed when it changes
+        self._copies: dict[str, nn.Module] = {}
+        self._stale: set[str] = set()
+        self._job: Future | None = None
+        self._worker: ThreadPoolExecutor | None = None
+
+    # ---- buffer, update ----------------------------------------------------------------------
+
+    def add(self, route: str, query: Any) -> None:
+        self.buffers.add(route, query)
+        self.state.max_buffer_bytes = max(self.state.max_buffer_bytes, self.buffers.nbytes)
+
+    def update_due(self, last: bool = False) -> torch.Tensor | None:
+        """Update every draft whose buffer is due: now, or (background, unless `last`) from the next
+        `start` on (the due queries stay in the buffer until then, so a checkpoint keeps them).
+        Returns the last update's loss when it ran now."""
+        due = self.buffers.due()
+        if not due or (self.config.online_background_update and not last):
+            return None
+        start = time.perf_counter()
+        losses = self._update({route: self.buffers.take(route) for route in due})
+        self.state.update_time_s += time.perf_counter() - start
+        return self._landed(losses)
+
+    def _update(self, due: dict[str, list[Any]]) -> dict[str, torch.Tensor | None]:
+        """--online_steps_per_update optimizer steps on the due buffers; each route's last loss."""
+        due = {route: materialize(queries) for route, queries in due.items()}
+        losses: dict[str, torch.Tensor | None] = {}
+        for _ in range(self.config.online_steps_per_update):
+            for route, queries in due.items():
+                draft = self.drafts[route]
+                draft.train()
+                with self.compute_context():
+                    losses[route] = self.loss(draft, queries, self.backward)
+                draft.eval()
+            self.optimizer_step()
+        return losses
+
+    def _landed(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
+        """Count the landed updates; their serving copies are stale from now on."""
+        self.state.updates += len(losses)
+        self.state.losses.extend(loss.item() for loss in losses.values() if loss is not None)
+        self._stale.update(losses)
+        self.version += 1
+        return [*losses.values()][-1]
+
+    # ---- background ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Before serving: reload stale serving copies, then start the due background updates."""
+        for route in list(self._stale):
+            self.serving(route)
+        due = self.buffers.due() if self.config.online_background_update and self._job is None else []
+        if not due:
+            return
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osd-online-update")
+        self._job = self._worker.submit(
+            self._timed_update, {route: self.buffers.take(route) for route in due}
+        )
+
+    def _timed_update(self, due: dict[str, list[Any]]) -> tuple[dict[str, torch.Tensor | None], float]:
+        start = time.perf_counter()
+        losses = self._update(due)
+        return losses, time.perf_counter() - start
+
+    def finish(self, wait: bool = True) -> None:
+        """Collect a background update (only when it is done, unless `wait`)."""
+        if self._job is None or not (wait or self._job.done()):
+            return
+        start = time.perf_counter()
+        losses, compute_s = self._job.result()  # re-raises the worker's error here
+        self._job = None
+        self.state.background_update_time_s += compute_s
+        self.state.update_time_s += time.perf_counter() - start  # the wait is on the serving path
+        self._landed(losses)
+
+    def close(self) -> None:
+        """Land everything: a background update in flight, then the due ones."""
+        self.finish(wait=True)
+        self.update_due(last=True)
+        if self._worker is not None:
+            self._worker.shutdown()
+            self._worker = None
+
+    # ---- serving -----------------------------------------------------------------------------
+
+    def serving(self, route: str) -> nn.Module:
+        """The draft as served: itself, or its copy in --draft_serving_dtype (always a copy with background
+        updates: the worker trains the draft itself), reloaded after the draft's updates."""
+        draft = self.drafts[route]
+        name = self.config.draft_serving_dtype
+        dtype = getattr(torch, name) if name is not None else next(draft.parameters()).dtype
+        if dtype == next(draft.parameters()).dtype and not self.config.online_background_update:
+            draft.eval()
+            return draft
+        if route in self._copies and route not in self._stale:
+            return self._copies[route]
+        start = time.perf_counter()
+        if route not in self._copies:
+            self._copies[route] = copy.deepcopy(draft).to(dtype).eval()
+        else:
+            self._copies[route].load_state_dict(draft.state_dict())  # casts to the copy's dtype
+        self._stale.discard(route)
+        self.state.update_time_s += time.perf_counter() - start  # part of what an update costs
+        return self._copies[route]
