@@ -22,6 +22,9 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser
 
+from osd.online.loop import OnlineLoop
+from osd.online.records import OnlineState
+from osd.online.updater import DraftUpdater
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller
 
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:  # vLLM is imported to serve, not for --help
         from osd.serving.engine import build_engine, shutdown_engine
-        from osd.serving.online import OnlineServer, jsonl_writer, load_queries
+        from osd.serving.online import VllmServer, jsonl_writer, load_queries
         from osd.serving.subvocab import served_draft_folder
     except ImportError as e:  # a user error (one line): the wrong environment
         raise ValueError(
@@ -52,14 +55,21 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         draft = load_model(args.student_model_path, "float32", None).to(args.trainer_device)
         target = load_model(args.teacher_model_path, args.teacher_dtype, None).to(args.trainer_device)
         distiller = DraftDistiller(draft, target, args.kl_method, args.learning_rate, args.weight_decay,
-                                   args.max_grad_norm, args.distill_temperature, args.jsd_beta,
-                                   args.online_steps_per_update)  # fmt: skip
+                                   args.max_grad_norm, args.distill_temperature, args.jsd_beta)  # fmt: skip
     served = served_draft_folder(args.student_model_path, args.output_dir, args.tensor_parallel_size)
     llm = build_engine(args.teacher_model_path, served, args.max_propose_num, args.teacher_dtype,
                        args.max_model_len, args.seed, args.tensor_parallel_size, args.enforce_eager)  # fmt: skip
     entries = []
     write = jsonl_writer(args.output_dir)
-    OnlineServer(llm, args, distiller, lambda e: (entries.append(e), write(e))).run(queries)
+    state = OnlineState()
+    updater = (
+        distiller.updater(args, state)
+        if distiller
+        else DraftUpdater({}, None, None, args, state, learns=False)
+    )
+    loop = OnlineLoop(VllmServer(llm, args, distiller), updater, args, lambda e: (entries.append(e), write(e)),
+                      wait_for_updates=False)  # fmt: skip
+    loop.run(queries)
     shutdown_engine(llm)
     if distiller is not None:
         distiller.draft.save_pretrained(Path(args.output_dir) / "draft")

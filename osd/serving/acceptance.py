@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from osd.distill.online import QueryStats
+from osd.online.records import QueryStats
 
 
 class StepCounts(Protocol):

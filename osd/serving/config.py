@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from osd.distill.config import ONLINE_LOSS_POSITIONS
 from osd.distill.losses import DIVERGENCES
+from osd.online.config import OnlineArguments
 from osd.paths import DRAFT_PATH, TARGET_PATH
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 from osd.spec.gamma import parse_gamma
@@ -18,8 +18,10 @@ from osd.spec.gamma import parse_gamma
 VLLM_DTYPES = ("bfloat16", "float16", "float32")
 
 
-@dataclass
-class ServingArguments:
+@dataclass(kw_only=True)
+class ServingArguments(OnlineArguments):
+    """The online loop's flags (osd.online.config), vLLM's, and the trainer's beside it."""
+
     data_path: str = field(metadata={"help": "The query stream: a conversation-JSON file, served in order."})
     output_dir: str = field(metadata={"help": "Where metrics.jsonl and the exported draft go."})
     teacher_model_path: str = field(
@@ -41,34 +43,6 @@ class ServingArguments:
     concurrency: int = field(
         default=1,
         metadata={"help": "Queries in flight at once (vLLM batches them); the stream is submitted in order."},
-    )
-    online_update_interval: int = field(
-        default=1,
-        metadata={
-            "help": "Distil and swap the draft every this many served queries; 0 = never (Standard SD)."
-        },
-    )
-    online_steps_per_update: int = field(
-        default=1,
-        metadata={"help": "AdamW steps each update takes on its buffer (1: the paper's single step)."},
-    )
-    online_eval_interval: int = field(
-        default=10, metadata={"help": "Log the metrics every this many queries."}
-    )
-    online_alpha_window: int = field(default=50, metadata={"help": "Queries in the windowed alpha."})
-    online_background_update: bool = field(
-        default=False,
-        metadata={
-            "help": "Run the trainer (the target's forward per query, the updates, the export) in a background "
-            "thread while this process keeps feeding the engine; each export is swapped in once it is ready, "
-            "when the next query finishes. Needs a core (or device) of its own for the trainer."
-        },
-    )
-    online_loss_positions: str = field(
-        default="wrong",
-        metadata={
-            "help": f"One of {list(ONLINE_LOSS_POSITIONS)}: distil where the draft was wrong, or everywhere."
-        },
     )
     kl_method: str = field(
         default="forward", metadata={"help": f"The divergence, one of {sorted(DIVERGENCES)}."}
@@ -103,8 +77,8 @@ class ServingArguments:
     seed: int = field(default=0, metadata={"help": "vLLM's seed and torch's."})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         checks = (
-            ("online_loss_positions", self.online_loss_positions, ONLINE_LOSS_POSITIONS),
             ("kl_method", self.kl_method, sorted(DIVERGENCES)),
             ("teacher_dtype", self.teacher_dtype, VLLM_DTYPES),
         )
@@ -115,8 +89,6 @@ class ServingArguments:
             self.max_propose_num, auto="vLLM speculates a fixed number of tokens"
         )
         minima = (
-            ("online_update_interval", 0),
-            ("online_steps_per_update", 1),
             ("max_new_tokens", 1),
             ("concurrency", 1),
         )

@@ -1,12 +1,11 @@
-"""The trainer beside the engine: buffer served queries, distil the draft, export it for the swap.
+"""The trainer side of `osd.serving`: the draft being distilled, the target as its teacher, and the export.
 
 Symbols: T prompt length, N generated tokens, W loss positions of a query, V vocabulary.
 
 vLLM keeps no target logits for us, so `buffer` gets them from one teacher-forced forward of the
 target (an HF model on --trainer_device) over prompt + generated tokens, at the loss positions only
-(`logits_to_keep`). Everything after that is osd.distill.online's: the buffer format
-(`BufferedQuery`), the loss (`distillation_loss` with the --kl_method divergence, on V' for a sub-vocabulary head), and the
-optimizer cadence of --online_steps_per_update AdamW steps per update (constant learning rate).
+(`logits_to_keep`). The update is the online loop's (`osd.online.updater.DraftUpdater`) with this
+module's loss (the --kl_method divergence, on V' for a sub-vocabulary head) and a plain AdamW step.
 """
 
 from __future__ import annotations
@@ -18,7 +17,11 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
 from osd.distill.losses import get_divergence
-from osd.distill.online import BufferedQuery, distillation_loss, logits_at, stored_logits
+from osd.online.buffer import BufferedQuery, distillation_loss, logits_at, stored_logits
+from osd.online.config import OnlineArguments
+from osd.online.loop import SHARED_DRAFT
+from osd.online.records import OnlineState
+from osd.online.updater import DraftUpdater, adamw_step
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
 
 
@@ -35,16 +38,14 @@ class DraftDistiller:
         max_grad_norm: float = 0.0,
         temperature: float = 1.0,
         jsd_beta: float = 0.5,
-        steps_per_update: int = 1,
     ) -> None:
         self.draft, self.target = apply_draft_vocab(draft), target.eval()
         # a sub-vocabulary head (config.draft_vocab) trains on V' as osd.train does
         self.divergence = restrict_divergence(
             get_divergence(kl_method, jsd_beta), draft_vocab_ids(self.draft)
         )
-        self.optimizer = torch.optim.AdamW(draft.parameters(), lr=learning_rate, weight_decay=weight_decay)
-        self.max_grad_norm, self.temperature = max_grad_norm, temperature
-        self.steps_per_update = steps_per_update
+        self.temperature = temperature
+        self.optimizer_step = adamw_step(draft.parameters(), learning_rate, weight_decay, max_grad_norm)
 
     @torch.no_grad()
     def buffer(self, prompt_ids: list[int], generated_ids: list[int], positions: list[int]) -> BufferedQuery:
@@ -59,22 +60,12 @@ class DraftDistiller:
             query.target_logits = stored_logits(logits_at(self.target, query))
         return query
 
-    def update(self, buffer: list[BufferedQuery]) -> float | None:
-        """`steps_per_update` optimizer steps on the buffer's distillation loss; the last step's loss, or
-        None when no position counts."""
-        self.draft.train()
-        for _ in range(self.steps_per_update):
-            loss = distillation_loss(
-                self.draft, buffer, self.divergence, self.temperature, backward=torch.Tensor.backward
-            )
-            if loss is None:
-                break
-            if self.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.draft.parameters(), self.max_grad_norm)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-        self.draft.eval()
-        return None if loss is None else loss.item()
+    def loss(self, draft: PreTrainedModel, buffer: list[BufferedQuery], backward) -> torch.Tensor | None:
+        return distillation_loss(draft, buffer, self.divergence, self.temperature, backward)
+
+    def updater(self, config: OnlineArguments, state: OnlineState, learns: bool = True) -> DraftUpdater:
+        """The online loop's updater of this draft (one route), with this distiller's loss and optimizer."""
+        return DraftUpdater({SHARED_DRAFT: self.draft}, self.loss, self.optimizer_step, config, state, learns)
 
 
 def export_draft(draft: PreTrainedModel, path: str | Path, dtype: torch.dtype) -> None:

@@ -1,65 +1,50 @@
-"""Online speculative decoding on vLLM: serve -> buffer -> update -> swap, as one loop.
+"""vLLM as the online loop's server (`osd.online.loop`): the target served by vLLM with the OSD draft as
+its draft_model speculator, queries in flight, the draft distilled beside it and swapped in.
 
-    serve   the stream's queries, in order, at most --concurrency in flight on the vLLM engine
-            (target + the draft as its draft_model speculator, --max_propose_num tokens a step);
-    buffer  each finished query: its tokens, the loss positions (where the target replaced a
-            draft token, read off vLLM's per-step counters: osd.serving.acceptance) and the target's
-            logits there (a teacher-forced forward on the trainer side: osd.serving.distiller);
-    update  once the buffer holds --online_update_interval queries: one distillation step on it
-            (osd.distill.online's loss), the buffer is cleared;
-    swap    the updated draft is exported and reloaded into the running engine (osd.serving.worker);
-            requests in flight go on, their next proposals come from the new draft.
+    serve    the stream's queries, in order, at most --concurrency in flight on the vLLM engine; each
+             finished query is counted as osd counts alpha (osd.serving.acceptance);
+    buffer   what the update needs of it: the loss positions (where the target replaced a draft token,
+             read off vLLM's per-step counters) and the target's logits there, from a teacher-forced
+             forward on the trainer side, made when the update first needs it (in its thread with
+             --online_background_update);
+    refresh  once an update lands, the draft is exported and reloaded into the running engine
+             (osd.serving.worker); requests in flight go on, their next proposals come from the new draft.
 
-The engine decodes in its own process, so the requests in flight keep being served while this
-process buffers, updates and swaps (their outputs wait in vLLM's queue until the next `poll`); but
-with the trainer on the loop's thread no new query is submitted meanwhile. With
---online_background_update the trainer runs in a worker thread, one job per finished query in
-stream order, and the loop only swaps in an export once the worker has written it.
-
-Metrics: `OnlineState.metrics` every --online_eval_interval finished queries (osd.metric_keys; alpha
-counted as osd.spec counts it), plus vLLM's own acceptance rate and the swap times, appended to
-`{output_dir}/metrics.jsonl`. `update_time_share` is the trainer's time on the loop's thread (buffer
-forwards, updates, exports and swaps; with the worker: the swaps and the waits for it) over the rest
-of the loop's wall time, `background_update_share` the worker's.
+The engine decodes in its own process, so requests in flight keep being served while this process
+buffers and updates; with --online_background_update the update runs in a worker thread and lands
+whenever it is done. Besides the loop's entries: vLLM's own acceptance rate and the swaps.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from osd.alpha import pooled_alpha
 from osd.conversations import read_conversations, record_groups, user_query
 from osd.distill.callbacks import METRICS_FILE
 from osd.distill.data import truncate_prompt
-from osd.distill.online import OnlineState
 from osd.metric_keys import QUERIES_SERVED, SWAP_TIME, SWAPS, VLLM_ACCEPTANCE_RATE
+from osd.online.buffer import Deferred
+from osd.online.loop import SHARED_DRAFT, DraftFor, Query, Served
+from osd.online.updater import DraftUpdater
 from osd.prompting import encode_prompt
 from osd.serving.acceptance import query_stats, vllm_acceptance, wrong_positions
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
-from osd.serving.engine import RequestPool, Served, sampling_params, swap_draft
+from osd.serving.engine import RequestPool, sampling_params, swap_draft
 
 if TYPE_CHECKING:
     from vllm import LLM
 
 SWAP_FILE = "draft_swap.safetensors"
-
-
-@dataclass
-class Query:
-    prompt_ids: list[int]
-    groups: dict[str, str]  # dataset / topic / language of the record
 
 
 def load_queries(
@@ -80,109 +65,56 @@ def load_queries(
     ]
 
 
-class OnlineServer:
-    """The loop's state: the engine's request pool, the trainer, the buffer, the metrics."""
+class VllmServer:
+    """The running vLLM engine, its request pool, and the swaps of the draft into it."""
 
-    def __init__(
-        self, llm: LLM, args: ServingArguments, distiller: DraftDistiller | None, log: Callable[[dict], None]
-    ) -> None:
-        self.llm, self.args, self.distiller, self.log = llm, args, distiller, log
-        self.state, self.buffer, self.swap_times = OnlineState(), [], []
-        self.teacher_time_s = 0.0  # of update_time_s: the target's teacher-forced forwards
-        self.last_output_s = 0.0  # from the start of `run` to the latest output (not the trainer's catch-up)
-        self.engine_counts = [0, 0]  # vLLM's accepted and proposed draft tokens since the last entry
+    def __init__(self, llm: LLM, args: ServingArguments, distiller: DraftDistiller | None) -> None:
+        self.llm, self.args, self.distiller = llm, args, distiller
         self.swap_path = Path(args.output_dir) / SWAP_FILE
-        background = distiller is not None and args.online_background_update
-        self.worker = ThreadPoolExecutor(max_workers=1) if background else None
-        self.jobs: deque[Future] = deque()  # the worker's jobs in stream order; each: whether it exported
+        self.swap_times: list[float] = []
+        self.engine_counts = [0, 0]  # vLLM's accepted and proposed draft tokens since the last entry
 
-    def run(self, queries: list[Query]) -> OnlineState:
-        """Serve every query of the stream (in order, --concurrency in flight), distilling as it goes."""
+    def serve(self, queries: Sequence[Query], draft_for: DraftFor, first_index: int) -> list[Served]:
+        """The queries together, in flight at once (up to --concurrency)."""
+        return [s for batch in self.stream(queries, draft_for, lambda: None) for s in batch]
+
+    def stream(
+        self, queries: Sequence[Query], draft_for: DraftFor, before: Callable[[], None]
+    ) -> Iterator[list[Served]]:
         a = self.args
         pool = RequestPool(
             self.llm, sampling_params(a.max_new_tokens, a.eval_temperature, a.seed), a.concurrency
         )
-        start = time.perf_counter()
         for served in pool.stream([q.prompt_ids for q in queries]):
-            self.last_output_s = time.perf_counter() - start
-            self._finish(served, queries[served.index].groups)
-            done = len(self.state.queries)
-            if done == len(queries):
-                self._swap_ready(wait=True)  # the last updates land before the last entry
-            if done % a.online_eval_interval == 0 or done == len(queries):
-                self.state.serve_time_s = time.perf_counter() - start - self.state.update_time_s
-                self.log(self._entry())
-        if self.worker is not None:
-            self.worker.shutdown()
-        return self.state
+            query = queries[served.index]
+            accepted, proposed = vllm_acceptance(served.counts)
+            self.engine_counts = [self.engine_counts[0] + accepted, self.engine_counts[1] + proposed]
+            stats = query_stats(served.counts, len(served.token_ids), query.groups, served.latency_s)
+            yield [Served(query.route, stats, self._keeper(served))]
+            before()  # the engine kept decoding the requests in flight meanwhile
 
-    def _finish(self, served: Served, groups: dict[str, str]) -> None:
-        """Count a finished query; buffer it, and update and swap the draft when the buffer is due."""
-        self.state.add(query_stats(served.counts, len(served.token_ids), groups, served.latency_s))
-        accepted, proposed = vllm_acceptance(served.counts)
-        self.engine_counts[0] += accepted
-        self.engine_counts[1] += proposed
-        if self.distiller is None:
-            return
-        n = len(served.token_ids)
-        positions = (
-            wrong_positions(served.counts, n)
-            if self.args.online_loss_positions == "wrong"
-            else list(range(n))
-        )
-        job = functools.partial(self._train, served.prompt_ids, served.token_ids, positions)
-        if self.worker is not None:
-            self.jobs.append(self.worker.submit(job))
-            self._swap_ready(wait=False)
-            return
-        start = time.perf_counter()
-        if job():
-            self._swap()
-        self.state.update_time_s += time.perf_counter() - start
+    def _keeper(self, served) -> Callable[[str], Deferred]:
+        def keep(loss_positions: str) -> Deferred:
+            n = len(served.token_ids)
+            positions = wrong_positions(served.counts, n) if loss_positions == "wrong" else list(range(n))
+            return Deferred(lambda: self.distiller.buffer(served.prompt_ids, served.token_ids, positions))
 
-    def _train(self, prompt_ids: list[int], token_ids: list[int], positions: list[int]) -> bool:
-        """Buffer a served query; when the buffer is due, update the draft and export it. Returns whether
-        an export awaits its swap. In the worker thread with --online_background_update."""
-        start = time.perf_counter()
-        self.buffer.append(self.distiller.buffer(prompt_ids, token_ids, positions))
-        self.teacher_time_s += time.perf_counter() - start
-        self.state.max_buffer_bytes = max(self.state.max_buffer_bytes, sum(q.nbytes for q in self.buffer))
-        exported = len(self.buffer) >= self.args.online_update_interval
-        if exported:
-            loss = self.distiller.update(self.buffer)
-            self.buffer.clear()
-            self.state.updates += 1
-            if loss is not None:
-                self.state.losses.append(loss)
-            # written aside, then renamed: a swap reading the previous export keeps reading it whole
-            staged = self.swap_path.with_suffix(".staged")
-            export_draft(self.distiller.draft, staged, getattr(torch, self.args.teacher_dtype))
-            os.replace(staged, self.swap_path)
-        if self.worker is not None:
-            self.state.background_update_time_s += time.perf_counter() - start
-        return exported
+        return keep
 
-    def _swap_ready(self, wait: bool) -> None:
-        """Collect the worker's finished jobs (all of them with `wait`) and swap in the newest export."""
+    def refresh(self, updater: DraftUpdater) -> None:
+        """Export the updated draft and reload it into the running engine."""
         start = time.perf_counter()
-        exported = False
-        while self.jobs and (wait or self.jobs[0].done()):
-            exported |= self.jobs.popleft().result()  # re-raises the worker's error here
-        if exported:
-            self._swap()
-        self.state.update_time_s += time.perf_counter() - start
-
-    def _swap(self) -> None:
-        start = time.perf_counter()
+        # written aside, then renamed: a reload reading the previous export keeps reading it whole
+        staged = self.swap_path.with_suffix(".staged")
+        export_draft(updater.serving(SHARED_DRAFT), staged, getattr(torch, self.args.teacher_dtype))
+        os.replace(staged, self.swap_path)
         swap_draft(self.llm, str(self.swap_path))
         self.swap_times.append(time.perf_counter() - start)
 
-    def _entry(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         accepted, proposed = self.engine_counts
         self.engine_counts = [0, 0]
-        entry = self.state.metrics(self.args.online_alpha_window)
-        entry[VLLM_ACCEPTANCE_RATE] = accepted / proposed if proposed else float("nan")
-        entry[SWAPS] = len(self.swap_times)
+        entry = {VLLM_ACCEPTANCE_RATE: pooled_alpha(accepted, proposed), SWAPS: len(self.swap_times)}
         if self.swap_times:
             entry[SWAP_TIME] = self.swap_times[-1]
         return entry
@@ -196,6 +128,6 @@ def jsonl_writer(output_dir: str) -> Callable[[dict], None]:
 
     def write(entry: dict) -> None:
         with path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": entry[QUERIES_SERVED], **entry}, default=float) + "\n")
+            f.write(json.dumps({"step": entry[QUERIES_SERVED], **entry}) + "\n")
 
     return write

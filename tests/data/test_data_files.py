@@ -190,3 +190,27 @@ def test_label_arena_selection_without_records_is_an_error_with_counts(tmp_path)
             ]
         )
     assert not out.exists()
+
+
+def test_an_output_folder_is_claimed_once_and_only_its_own_outputs_are_replaced(tmp_path):
+    from osd.datafiles import claim_output_dir
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(DataFileError, match="holds files tool did not write"):
+        claim_output_dir(folder, "tool", ["result.json"], {})
+    assert (folder / "notes.txt").read_text() == "mine"
+    fresh = tmp_path / "fresh"
+    claim_output_dir(fresh, "tool", ["result.json", "draft"], {})
+    (fresh / "result.json").write_text("{}")
+    (fresh / "draft").mkdir()
+    (fresh / "keep.txt").write_text("a user's")
+    claim_output_dir(fresh, "tool", ["result.json", "draft"], {})  # a rerun: its own outputs go, nothing else
+    assert not (fresh / "result.json").exists() and not (fresh / "draft").exists()
+    assert (fresh / "keep.txt").read_text() == "a user's"
+    with pytest.raises(DataFileError, match="holds files other did not write"):
+        claim_output_dir(fresh, "other", ["result.json"], {})
+    (tmp_path / "model").mkdir()
+    with pytest.raises(DataFileError, match="inside the input folder"):
+        claim_output_dir(tmp_path / "model" / "out", "tool", [], {"--draft": tmp_path / "model"})

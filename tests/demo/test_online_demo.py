@@ -9,7 +9,8 @@ import torch
 
 from osd.conversations import load_conversations, record_groups
 from osd.cost_model import speedup_measured_verify
-from osd.demo.online_demo import main, print_costs
+from osd.demo.online_demo import main
+from osd.demo.report import print_costs
 from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
 from osd.spec.packed_linear import packing_available
@@ -43,7 +44,7 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
     written = json.loads((out / "summary.json").read_text())
     assert written["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    assert written["args"]["draft_dtype"] == "bfloat16" and written["command"].startswith(
+    assert written["args"]["draft_serving_dtype"] == "bfloat16" and written["command"].startswith(
         "python -m osd.demo.online_demo --target"
     )
 

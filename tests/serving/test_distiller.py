@@ -8,11 +8,24 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from osd.online.buffer import distillation_loss
+from osd.online.config import OnlineArguments
+from osd.online.loop import SHARED_DRAFT
+from osd.online.records import OnlineState
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.serving.distiller import DraftDistiller, export_draft
 from osd.spec.draft_vocab import SubVocabHead, set_draft_vocab
 
 PROMPT, GENERATED = [1, 40, 41, 42, 43], [50, 51, 52, 53, 54, 55]
+
+
+def update(distiller: DraftDistiller, buffer: list, steps: int = 1) -> float | None:
+    """One update of the online loop's updater on `buffer` (the distiller's AdamW keeps its state)."""
+    config = OnlineArguments(online_update_interval=len(buffer), online_steps_per_update=steps)
+    updater = distiller.updater(config, OnlineState())
+    for query in buffer:
+        updater.add(SHARED_DRAFT, query)
+    loss = updater.update_due()
+    return None if loss is None else loss.item()
 
 
 @pytest.fixture
@@ -37,7 +50,7 @@ def test_updates_lower_the_loss_and_leave_the_target_alone(distiller) -> None:
     target_before = {k: v.clone() for k, v in distiller.target.state_dict().items()}
     with torch.no_grad():
         before = distillation_loss(distiller.draft, buffer, distiller.divergence).item()
-    losses = [distiller.update(buffer) for _ in range(5)]
+    losses = [update(distiller, buffer) for _ in range(5)]
     with torch.no_grad():
         after = distillation_loss(distiller.draft, buffer, distiller.divergence).item()
     assert losses[0] == pytest.approx(before, rel=1e-4) and after < before - 0.1, (before, losses, after)
@@ -47,7 +60,7 @@ def test_updates_lower_the_loss_and_leave_the_target_alone(distiller) -> None:
 
 def test_a_buffer_without_loss_positions_changes_nothing(distiller) -> None:
     before = {k: v.clone() for k, v in distiller.draft.state_dict().items()}
-    assert distiller.update([distiller.buffer(PROMPT, GENERATED, [])]) is None
+    assert update(distiller, [distiller.buffer(PROMPT, GENERATED, [])]) is None
     for name, value in distiller.draft.state_dict().items():
         assert torch.equal(value, before[name]), name
 
@@ -69,13 +82,14 @@ def test_steps_per_update_equals_that_many_single_step_updates() -> None:
     """steps_per_update 3: one update moves the draft as three one-step updates on the same buffer do."""
     target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
     one, three = (
-        DraftDistiller(AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH), target, "forward",
-                       learning_rate=1e-3, steps_per_update=steps)
-        for steps in (1, 3)
-    )  # fmt: skip
+        DraftDistiller(
+            AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH), target, "forward", learning_rate=1e-3
+        )
+        for _ in range(2)
+    )
     buffer = [one.buffer(PROMPT, GENERATED, [0, 1, 2, 3, 4, 5])]
-    last = [one.update(buffer) for _ in range(3)][-1]
-    assert three.update(buffer) == pytest.approx(last, rel=1e-5)
+    last = [update(one, buffer) for _ in range(3)][-1]
+    assert update(three, buffer, steps=3) == pytest.approx(last, rel=1e-5)
     torch.testing.assert_close(three.draft.state_dict(), one.draft.state_dict())
     start = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH).state_dict()
     assert any(not torch.equal(v, start[k]) for k, v in three.draft.state_dict().items())  # it did move
