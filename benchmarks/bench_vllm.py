@@ -12,11 +12,10 @@ Standard draft (served with its sub-vocabulary head: osd.serving.subvocab). The 
 per-query latency p50/p90 (submission to finished output), acceptance over the stream (osd alpha and
 vLLM's rate: osd.serving.acceptance) and per domain, and for OSD the mean swap time (the reload in the
 engine), the trainer's share of wall time on the loop's thread (update_share: swaps, and with the
-worker the wait for it), in the worker (background_share), and the target's teacher-forced forwards
-(teacher_forward_share). On the last --tail queries of each domain (the demo's tables): alpha per
+worker the wait for it) and in the worker (background_share: with the target's teacher-forced forwards). On the last --tail queries of each domain (the demo's tables): alpha per
 domain, and their tokens over their summed latencies (tail_tokens_per_s: at concurrency 1 the
-serving rate the demo's tables report; above it, one request's rate). A server does not wait for its
-trainer: what the trainer still has queued at the last output is trainer_catch_up_s. With --reference (a demo summary.json recorded on the same stream) the
+serving rate the demo's tables report; above it, one request's rate). tokens/s counts the loop's time
+waiting on the engine; the rest of the wall time (buffering, updates, swaps) is trainer_catch_up_s. With --reference (a demo summary.json recorded on the same stream) the
 concurrency-1 runs are compared with osd.spec's: per-domain alpha, and the speedup over the target
 alone. Writes {out}/results.json, table.md and throughput.png (tokens/s against concurrency); the
 engines' scratch files (served draft folder, exported weights) go to a temporary folder.
@@ -38,34 +37,33 @@ from pathlib import Path
 import torch
 
 from benchmarks.online_common import load_sources, markdown_table, save_results
-from osd.analysis.online_replay import tail_length
 from osd.conversations import save_conversations
-from osd.demo.online_demo import last_of_domain, online_on, tokens_per_s, total_row
+from osd.demo.report import last_of_domain, online_on, tokens_per_s, total_row
 from osd.distill.flags import add_update_interval_flag
 from osd.metric_keys import ALPHA, VLLM_ACCEPTANCE_RATE, group_key
 from osd.models import load_model, load_tokenizer
+from osd.online.records import tail_length
 from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
 from osd.serving.engine import build_engine, shutdown_engine, swap_draft
-from osd.serving.online import OnlineServer, load_queries
+from osd.serving.online import load_queries, serve_stream
 from osd.serving.subvocab import served_draft_folder
 from osd.spec.gamma import DEMO, add_gamma_flag
 from osd.streams import abrupt_stream
 
 COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
            *DOMAINS, "tail_tokens_per_s", *(f"tail_{d}" for d in DOMAINS), "updates", "swap_time_s",
-           "update_share", "background_share", "teacher_forward_share", "trainer_catch_up_s"]  # fmt: skip
+           "update_share", "background_share", "trainer_catch_up_s"]  # fmt: skip
 
 
 def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None, tails: dict) -> dict:
     """One pass over the stream; the measures of one table row. `tails`: stream indices per domain."""
     entries = []
     start = time.perf_counter()
-    server = OnlineServer(llm, args, distiller, entries.append)
-    state = server.run(queries)
+    state, server = serve_stream(llm, args, distiller, queries, entries.append)
     wall = time.perf_counter() - start
-    served_s = server.last_output_s  # a server does not wait for its trainer to catch up
+    served_s = state.serve_time_s  # the loop's time waiting on the engine, not on its trainer
     latencies = [q.wall_time_s for q in state.queries]
     p50, p90 = (statistics.quantiles(latencies, n=10)[i] for i in (4, 8))
     last = entries[-1]  # --online_eval_interval = the stream: one entry over every query
@@ -79,7 +77,7 @@ def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None
         **{f"tail_{d}": t["alpha"] for d, t in on_tails.items()},
         "updates": state.updates, "update_share": state.update_time_s / wall, "wall_s": wall,
         "background_share": state.background_update_time_s / wall,
-        "teacher_forward_share": server.teacher_time_s / wall, "trainer_catch_up_s": wall - served_s,
+        "trainer_catch_up_s": wall - served_s,
         "swap_time_s": statistics.mean(server.swap_times) if server.swap_times else float("nan"),
     }  # fmt: skip
 
@@ -183,7 +181,7 @@ def run_all(args: ServingArguments, opts: argparse.Namespace, tails: dict, scrat
     export_draft(load_model(str(DRAFT_PATH), "float32", None), standard, torch.bfloat16)
     target = load_model(str(TARGET_PATH), args.teacher_dtype, None)
     for llm in (target_only, speculative):  # warm-up: the first requests pay one-time costs
-        OnlineServer(llm, args, None, lambda e: None).run(queries[:2])
+        serve_stream(llm, args, None, queries[:2])
     rows = []
     for c in opts.concurrency:
         args.concurrency = c
@@ -195,8 +193,9 @@ def run_all(args: ServingArguments, opts: argparse.Namespace, tails: dict, scrat
             {"run": "+ Standard draft", "concurrency": c, **serve(speculative, queries, args, None, tails)}
         )
         swap_draft(speculative, str(standard))
-        distiller = DraftDistiller(load_model(str(DRAFT_PATH), "float32", None), target, learning_rate=opts.learning_rate,
-                                   steps_per_update=opts.steps_per_update)  # fmt: skip
+        distiller = DraftDistiller(
+            load_model(str(DRAFT_PATH), "float32", None), target, learning_rate=opts.learning_rate
+        )
         rows.append(
             {"run": "+ OSD draft", "concurrency": c, **serve(speculative, queries, args, distiller, tails)}
         )

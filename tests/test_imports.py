@@ -29,11 +29,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "osd.metric_keys",
             "osd.streams",
             "osd.cost_model",
+            "osd.alpha",
+            "osd.online.config",
+            "osd.online.records",
         ),
     ),  # fmt: skip
     ("engine", ("osd.spec",)),
     # loading (osd.demo.target materialises the embedded target for the loaders) and distillation
-    ("distill", ("osd.model_checks", "osd.models", "osd.demo.target", "osd.distill")),
+    ("distill", ("osd.model_checks", "osd.models", "osd.demo.target", "osd.distill", "osd.online")),
     ("tools", ("osd.analysis", "osd.serving", "osd.plots", "osd.dashboard")),
     ("apps", ("osd.demo", "osd.train", "osd.cli", "osd")),
 ]

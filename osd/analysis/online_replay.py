@@ -33,6 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from osd.alpha import format_alpha, pooled_alpha
 from osd.analysis.recording import Recording, load_recording, paths, tokenizer_identity
+from osd.analysis.replay_server import ReplayServer, recording_queries, topk_loss, topk_query
 from osd.analysis.simulate import check_draft
 from osd.conversations import load_conversations
 from osd.datafiles import refuse_overwrite
@@ -42,7 +43,6 @@ from osd.model_checks import load_pretrained
 from osd.online.config import OnlineArguments, add_online_flags, online_arguments
 from osd.online.loop import SHARED_DRAFT, OnlineLoop
 from osd.online.records import OnlineState, tail_length
-from osd.online.replay_server import ReplayServer, recording_queries, topk_loss, topk_query
 from osd.online.updater import DraftUpdater, adamw_step
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab

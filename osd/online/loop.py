@@ -6,7 +6,7 @@
 
 A *server* serves queries with the draft the updater says is current (`updater.serving(route)`): the
 osd engine (`osd.online.engine_server`), vLLM with requests in flight (`osd.serving.online`), or a
-replay against a recording of the target (`osd.online.replay_server`). It returns each query as a
+replay against a recording of the target (`osd.analysis.replay_server`). It returns each query as a
 `Served`: its route (the draft that served it), its acceptance stats, and `keep`, which makes what
 the update needs of it. The *updater* (`osd.online.updater.DraftUpdater`) buffers, distils and keeps
 the serving copies. Every driver (osd.train --mode online, the main job, osd.serving, online_replay)

@@ -22,9 +22,6 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser
 
-from osd.online.loop import OnlineLoop
-from osd.online.records import OnlineState
-from osd.online.updater import DraftUpdater
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller
 
@@ -37,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:  # vLLM is imported to serve, not for --help
         from osd.serving.engine import build_engine, shutdown_engine
-        from osd.serving.online import VllmServer, jsonl_writer, load_queries
+        from osd.serving.online import jsonl_writer, load_queries, serve_stream
         from osd.serving.subvocab import served_draft_folder
     except ImportError as e:  # a user error (one line): the wrong environment
         raise ValueError(
@@ -61,15 +58,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                        args.max_model_len, args.seed, args.tensor_parallel_size, args.enforce_eager)  # fmt: skip
     entries = []
     write = jsonl_writer(args.output_dir)
-    state = OnlineState()
-    updater = (
-        distiller.updater(args, state)
-        if distiller
-        else DraftUpdater({}, None, None, args, state, learns=False)
-    )
-    loop = OnlineLoop(VllmServer(llm, args, distiller), updater, args, lambda e: (entries.append(e), write(e)),
-                      wait_for_updates=False)  # fmt: skip
-    loop.run(queries)
+    serve_stream(llm, args, distiller, queries, lambda e: (entries.append(e), write(e)))
     shutdown_engine(llm)
     if distiller is not None:
         distiller.draft.save_pretrained(Path(args.output_dir) / "draft")

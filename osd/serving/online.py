@@ -33,7 +33,8 @@ from osd.distill.callbacks import METRICS_FILE
 from osd.distill.data import truncate_prompt
 from osd.metric_keys import QUERIES_SERVED, SWAP_TIME, SWAPS, VLLM_ACCEPTANCE_RATE
 from osd.online.buffer import Deferred
-from osd.online.loop import SHARED_DRAFT, DraftFor, Query, Served
+from osd.online.loop import SHARED_DRAFT, DraftFor, OnlineLoop, Query, Served
+from osd.online.records import OnlineState
 from osd.online.updater import DraftUpdater
 from osd.prompting import encode_prompt
 from osd.serving.acceptance import query_stats, vllm_acceptance, wrong_positions
@@ -118,6 +119,25 @@ class VllmServer:
         if self.swap_times:
             entry[SWAP_TIME] = self.swap_times[-1]
         return entry
+
+
+def serve_stream(
+    llm: LLM,
+    args: ServingArguments,
+    distiller: DraftDistiller | None,
+    queries: Sequence[Query],
+    log: Callable[[dict], None] | None = None,
+) -> tuple[OnlineState, VllmServer]:
+    """The online loop over `queries` on the running engine, distilling with `distiller` (None: the
+    draft, if any, stays as it is); the run's records and the server (its swaps)."""
+    state = OnlineState()
+    learns = distiller is not None
+    updater = (
+        distiller.updater(args, state) if learns else DraftUpdater({}, None, None, args, state, learns=False)
+    )
+    server = VllmServer(llm, args, distiller)
+    OnlineLoop(server, updater, args, log, wait_for_updates=False).run(queries)
+    return state, server
 
 
 def jsonl_writer(output_dir: str) -> Callable[[dict], None]:

@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import replace
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from osd.analysis import online_replay, record
+from osd.analysis import online_replay, record, replay_server
 from osd.analysis.online_replay import PRESET, offline_ceiling, replay, summarize
 from osd.analysis.record import record_prompts
 from osd.analysis.recording import PromptRecord, Recording, load_recording, tokenizer_identity
+from osd.analysis.replay_server import topk_query
 from osd.analysis.simulate import simulate
 from osd.datafiles import DataFileError
 from osd.distill.lm_training import IGNORE
-from osd.online import replay_server
-from osd.online.replay_server import topk_query
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
 from osd.spec.draft_vocab import apply_draft_vocab
 from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model

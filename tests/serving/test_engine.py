@@ -24,8 +24,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from vllm import LLM  # noqa: E402
 
 from osd.conversations import load_conversations, user_query  # noqa: E402
-from osd.online.loop import OnlineLoop  # noqa: E402
-from osd.online.records import OnlineState  # noqa: E402
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path  # noqa: E402
 from osd.prompting import encode_prompt  # noqa: E402
 from osd.serving.acceptance import vllm_acceptance, wrong_positions  # noqa: E402
@@ -40,7 +38,7 @@ from osd.serving.engine import (  # noqa: E402
     spec_counters,
     swap_draft,
 )
-from osd.serving.online import VllmServer, load_queries  # noqa: E402
+from osd.serving.online import load_queries, serve_stream  # noqa: E402
 from osd.serving.subvocab import served_draft_folder  # noqa: E402
 from osd.spec.draft_vocab import draft_vocab_ids, set_draft_vocab  # noqa: E402
 
@@ -169,10 +167,10 @@ def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_p
     target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
     distiller = DraftDistiller(draft, target, learning_rate=args.learning_rate)
     entries = []
-    loop = OnlineLoop(VllmServer(llm, args, distiller), distiller.updater(args, OnlineState()), args, entries.append,
-                      wait_for_updates=False)  # fmt: skip
     start = time.perf_counter()
-    state = loop.run(load_queries(args.data_path, tokenizer, 400, limit=8))
+    state, _ = serve_stream(
+        llm, args, distiller, load_queries(args.data_path, tokenizer, 400, limit=8), entries.append
+    )
     assert len(state.queries) == 8 and state.updates == 4
     # every query's serving time lies within the run, and the serving time counts the engine's, not the updates'
     assert max(q.wall_time_s for q in state.queries) <= state.serve_time_s <= time.perf_counter() - start
