@@ -19,7 +19,7 @@ osd.spec's alpha_sum is their expectation: the realised mean estimates osd's alp
 
 Positions: generated token 0 comes from the prefill (no draft); step s then emits generated
 tokens c_s .. c_s + a_s, with c_s = 1 + sum_{r<s} (a_r + 1). The last of them is the target's own
-token, and when a_s < d_s it replaced a draft token: a "wrong position" (osd.distill.online),
+token, and when a_s < d_s it replaced a draft token: a "wrong position" (osd.online.buffer),
 where the online update distils.
 """
 

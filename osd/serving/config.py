@@ -91,9 +91,10 @@ class ServingArguments(OnlineArguments):
         minima = (
             ("max_new_tokens", 1),
             ("concurrency", 1),
+            ("max_samples", 1),
         )
         for flag, minimum in minima:
-            if getattr(self, flag) < minimum:
+            if getattr(self, flag) is not None and getattr(self, flag) < minimum:
                 raise ValueError(f"--{flag} must be >= {minimum}, got {getattr(self, flag)}")
 
     @property

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from osd.datafiles import DataFileError
 from osd.serving.config import ServingArguments
 
 
@@ -40,3 +41,25 @@ def test_serving_without_vllm_says_how_to_get_it(tmp_path) -> None:
     argv = ["--data_path", str(tmp_path / "stream.json"), "--output_dir", str(tmp_path / "out")]
     run = subprocess.run([sys.executable, "-m", "osd.serving", *argv], capture_output=True, text=True)
     assert run.returncode == 1 and "setup_vllm.sh" in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_max_samples_below_one_is_refused_before_anything_starts() -> None:
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="--max_samples must be >= 1"):
+            ServingArguments(data_path="d.json", output_dir="o", max_samples=bad)
+
+
+def test_the_output_folder_is_never_an_input_nor_a_folder_another_tool_wrote(tmp_path) -> None:
+    from osd.serving.__main__ import main
+
+    draft = tmp_path / "draft_in"
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    with pytest.raises(DataFileError, match="--output_dir .* is the input folder"):
+        main(["--data_path", "d.json", "--output_dir", str(draft), "--student_model_path", str(draft)])
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(DataFileError, match="holds files osd.serving did not write"):
+        main(["--data_path", "d.json", "--output_dir", str(other)])
+    assert (other / "notes.txt").read_text() == "mine" and (draft / "config.json").exists()
