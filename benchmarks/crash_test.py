@@ -35,7 +35,8 @@ import torch
 from safetensors.torch import load_file
 
 from osd.distill.callbacks import METRICS_FILE, read_metrics, reproducible
-from osd.distill.run_dir import FINAL_STATE, STAGING_DIR
+from osd.distill.checkpoints import STAGING_DIR
+from osd.distill.run_dir import FINAL_STATE
 from osd.paths import REPO_ROOT, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative, workload_path
 
 COMMON = [

@@ -121,6 +121,7 @@ class RoutedOnlineDistillTrainer(OnlineDistillTrainer):
             "run it with --eval_strategy no and --eval_on_start False, and evaluate each draft folder on its own"
         )
 
+    # private, but what save_model and checkpoints call to write the model: one folder per draft
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Each draft as its own Hugging Face model folder (plus the tokenizer and training args)."""
         output_dir = Path(output_dir or self.args.output_dir)
@@ -132,6 +133,7 @@ class RoutedOnlineDistillTrainer(OnlineDistillTrainer):
                 self.processing_class.save_pretrained(output_dir / route)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
+    # private, but what resuming calls to load the model: one folder per draft
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         drafts = self.accelerator.unwrap_model(model or self.model).drafts
         for route, draft in drafts.items():

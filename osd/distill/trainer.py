@@ -38,16 +38,16 @@ from transformers.integrations import WandbCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
 from osd.distill.callbacks import MetricsJsonlCallback, OsdWandbCallback, run_config
-from osd.distill.config import DistillTrainingArguments
-from osd.distill.data import make_train_batch, responses_from_labels, unpad
-from osd.distill.losses import get_divergence
-from osd.distill.run_dir import (
+from osd.distill.checkpoints import (
     STAGING_DIR,
     Checkpoint,
     CheckpointError,
     commit_checkpoint,
     resolve_checkpoint,
 )
+from osd.distill.config import DistillTrainingArguments
+from osd.distill.data import make_train_batch, responses_from_labels, unpad
+from osd.distill.losses import get_divergence
 from osd.distill.sources import SamplingConfig, sample_responses
 from osd.distill.subvocab import student_draft_vocab, train_tied_rows_only
 from osd.metric_keys import group_alphas
@@ -276,6 +276,7 @@ class DistillTrainer(Trainer):
 
     # ---- checkpoints: atomic, with the state that decides samples ---------------------------
 
+    # private, but Trainer's only place that writes a checkpoint: staging it makes it atomic
     def _save_checkpoint(self, model: nn.Module, trial) -> None:
         """Trainer's checkpoint, written to incomplete/checkpoint-N with this trainer's own state,
         then committed (manifest, fsync, rename to checkpoint-N) and older ones rotated."""
@@ -301,6 +302,7 @@ class DistillTrainer(Trainer):
         shutil.rmtree(staged.parent, ignore_errors=True)  # and what interrupted writes left there
         rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
 
+    # private, but where _save_checkpoint reads its folder from: the staging folder while one is written
     def _get_output_dir(self, trial) -> str:
         return str(self._staging) if self._staging is not None else super()._get_output_dir(trial)
 

@@ -14,7 +14,8 @@ from distill_fixtures import cli_argv, write_conversations
 from safetensors.torch import load_file
 
 from osd.distill.callbacks import METRICS_FILE, read_metrics, reproducible
-from osd.distill.run_dir import FINAL_STATE, STAGING_DIR, CheckpointError
+from osd.distill.checkpoints import STAGING_DIR, CheckpointError
+from osd.distill.run_dir import FINAL_STATE
 from osd.plots import read_log
 from osd.train import main
 
