@@ -153,10 +153,16 @@ class Buffers:
         return [r for r, b in self.queries.items() if sum(not _replayed(q) for q in b) >= self.interval]
 
     def take(self, route: str) -> list[Any]:
-        """The queries an update trains on; what stays for the next one: the last --online_replay_queries."""
-        taken = self.queries.pop(route)
+        """The queries one update trains on: those kept from the last update and the next
+        --online_update_interval served ones (any more wait for the next update); what stays for the
+        next one: the last --online_replay_queries of them."""
+        queries = self.queries.pop(route)
+        kept = sum(_replayed(q) for q in queries)  # kept queries come first
+        taken, rest = queries[: kept + self.interval], queries[kept + self.interval :]
         if self.replay:
-            self.queries[route] = [replace(q, replayed=True) for q in taken[-self.replay :]]
+            rest = [replace(q, replayed=True) for q in taken[-self.replay :]] + rest
+        if rest:
+            self.queries[route] = rest
         return taken
 
     @property

@@ -55,7 +55,7 @@ class OnlineState:
     logged: int = 0  # queries[:logged] are already in a log entry
     updates: int = 0
     losses: list[float] = field(default_factory=list)  # update losses not yet logged
-    serve_time_s: float = 0.0
+    serve_time_s: float = 0.0  # the loop's time waiting on its server
     # updates' time on the serving path (a background update: the wait for it, the swap)
     update_time_s: float = 0.0
     background_update_time_s: float = 0.0  # the worker's time on updates
@@ -63,7 +63,6 @@ class OnlineState:
 
     def add(self, stats: QueryStats) -> None:
         self.queries.append(stats)
-        self.serve_time_s += stats.wall_time_s
 
     def log_due(self, interval: int, last: bool) -> bool:
         """Whether a log entry is due: `interval` queries since the last one, or the stream's end."""

@@ -1,6 +1,7 @@
 """The updater: distils the drafts on what the loop buffered, and keeps the copies that serve.
 
-One update of a route's draft = --online_steps_per_update optimizer steps on its buffer (`loss` back-
+One update of a route's draft = --online_steps_per_update optimizer steps on its buffer (the queries
+kept from the last update and the next --online_update_interval served ones) (`loss` back-
 propagated query by query, then `optimizer_step`). Drafts of different routes have disjoint
 parameters: each step back-propagates every due buffer, then steps once. The buffer is then
 emptied but for its last --online_replay_queries queries, which the next update revisits.
@@ -83,16 +84,16 @@ class DraftUpdater:
         self.state.max_buffer_bytes = max(self.state.max_buffer_bytes, self.buffers.nbytes)
 
     def update_due(self, last: bool = False) -> torch.Tensor | None:
-        """Update every draft whose buffer is due: now, or (background, unless `last`) from the next
-        `start` on (the due queries stay in the buffer until then, so a checkpoint keeps them).
-        Returns the last update's loss when it ran now."""
-        due = self.buffers.due()
-        if not due or (self.config.online_background_update and not last):
-            return None
-        start = time.perf_counter()
-        losses = self._update({route: self.buffers.take(route) for route in due})
-        self.state.update_time_s += time.perf_counter() - start
-        return self._landed(losses)
+        """Update every draft whose buffer is due (again while it stays due): now, or (background, unless
+        `last`) from the next `start` on (the due queries stay in the buffer until then, so a checkpoint
+        keeps them). Returns the last update's loss when one ran now."""
+        loss = None
+        while (due := self.buffers.due()) and (last or not self.config.online_background_update):
+            start = time.perf_counter()
+            losses = self._update({route: self.buffers.take(route) for route in due})
+            self.state.update_time_s += time.perf_counter() - start
+            loss = self._landed(losses)
+        return loss
 
     def _update(self, due: dict[str, list[Any]]) -> dict[str, torch.Tensor | None]:
         """--online_steps_per_update optimizer steps on the due buffers; each route's last loss."""
