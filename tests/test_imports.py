@@ -152,14 +152,42 @@ def test_scan_sees_cycles_and_upward_arrows(tmp_path):
     assert layer("osd.spec.decoder") < layer("osd.distill.trainer") < layer("osd.analysis.simulate")
 
 
+def run_python(code: str, env: dict[str, str]) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_importing_osd_changes_no_environment_variable():
+    """A library leaves the process's environment to its caller (osd once set THP_MEM_ALLOC_ENABLE on import).
+    The models' modules are imported first: importing transformers' modelling code sets TORCHINDUCTOR_CACHE_DIR,
+    which is not osd's doing."""
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    code = (
+        "import os\n"
+        "from transformers import LlamaForCausalLM, T5ForConditionalGeneration, Trainer\n"
+        "before = dict(os.environ)\n"
+        "import osd\n"
+        "after_osd = dict(os.environ)\n"
+        "import osd.spec, osd.models, osd.distill.experiment\n"
+        "print(before == after_osd == dict(os.environ))"
+    )
+    assert run_python(code, env).split()[-1] == "True"
+
+
 @pytest.mark.parametrize("chosen", [None, "0"])
-def test_importing_osd_asks_torch_for_huge_pages_unless_the_user_chose(chosen):
-    """osd sets THP_MEM_ALLOC_ENABLE before any of its modules imports torch (which reads it once)."""
+def test_the_training_entry_point_asks_torch_for_huge_pages_before_importing_it(chosen):
+    """`osd.train` sets THP_MEM_ALLOC_ENABLE (unless the user chose) before torch is imported, which reads it
+    once: the value is recorded at the moment torch's import starts."""
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
     if chosen is not None:
         env["THP_MEM_ALLOC_ENABLE"] = chosen
-    code = "import sys, os, osd; print('torch' in sys.modules, os.environ['THP_MEM_ALLOC_ENABLE'])"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    code = (
+        "import os, sys\n"
+        "class Spy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch': print(os.environ.get('THP_MEM_ALLOC_ENABLE'))\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "import osd.train"
     )
-    assert out.stdout.split() == ["False", chosen or "1"]
+    assert run_python(code, env).split()[0] == (chosen or "1")
