@@ -37,7 +37,6 @@ from osd.spec.sampling import (
     logits_to_probs,
     sample,
 )
-from osd.spec.weight_major import use_weight_major_linears
 
 # Draft and target may differ by a few padding rows (e.g. an added [PAD] token, or an embedding
 # matrix padded to a multiple of 64); a larger difference means different tokenizers.
@@ -70,7 +69,9 @@ class SpeculativeDecoder:
         "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
         estimate and measured costs across decoders). lean_draft: a Llama draft steps through
         `osd.spec.llama_draft` (the same logits, without HF's per-call machinery) where it can; False: always
-        through HF's forward."""
+        through HF's forward. The models are used as given, never retyped: a float32 CPU target verifies
+        faster once its owner applies `osd.spec.weight_major.use_weight_major_linears` (to the target-only
+        baseline too)."""
         gamma = parse_gamma(gamma, "gamma")
         if gamma == AUTO:
             policy = policy or GammaPolicy(lean_draft=lean_draft)
@@ -92,9 +93,6 @@ class SpeculativeDecoder:
                 "speculative decoding needs a shared tokenizer. Use a draft trained with the target's tokenizer."
             )
         apply_draft_vocab(draft_model)  # a draft saved with a sub-vocabulary head (config.draft_vocab)
-        # float32 on the CPU: a verification costs about one step. Not the draft, whose steps are one token
-        # and whose weights a trainer may be updating (its products would round otherwise than in training)
-        use_weight_major_linears(target_model)
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
         self.lean_draft = lean_draft
         self.vocab_size = min(v_draft, v_target)
