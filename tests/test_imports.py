@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "base",
         (
             "osd.paths",
+            "osd.alpha",
             "osd.user_errors",
             "osd.datafiles",
             "osd.conversations",
