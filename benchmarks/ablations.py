@@ -39,7 +39,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from benchmarks.bench_engine import timed_generate
 from osd.analysis.record import record_prompts, recording_header
 from osd.analysis.recording import Recording, load_recording, tokenizer_identity
-from osd.analysis.simulate import simulate
+from osd.analysis.simulate import simulate, simulated_alpha
 from osd.conversations import assistant_answer, load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
 from osd.distill.data import truncate_prompt
@@ -50,8 +50,9 @@ from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, repo_relative, workload_
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
-from osd.spec.gamma import STANDARD_TIMING, add_gamma_flag
+from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, STANDARD_TIMING, add_gamma_flag, gamma_arg
 from osd.spec.timing import draft_step_time, step_time
+from osd.spec.weight_major import use_weight_major_linears
 
 Prompt = tuple[str, list[int]]  # (id, prompt token ids)
 TARGET_ONLY = "target only"
@@ -181,6 +182,7 @@ class Session:
         self.draft, self.target, self.tokenizer = load_demo_pair(
             args.draft, args.target, self.dtype, self.dtype
         )
+        use_weight_major_linears(self.target)  # a float32 target's faster layout, target-only runs included
         self.baselines: list[dict] = []
 
     def run(self, configs: dict, prompts: Sequence[Prompt]) -> tuple[float, dict[object, AcceptanceStats]]:
@@ -209,12 +211,6 @@ def mean_context(prompts: Sequence[Prompt], max_new_tokens: int) -> int:
     return int(statistics.median(len(ids) for _, ids in prompts)) + max_new_tokens // 2
 
 
-def dataset_alpha(results) -> float:
-    """Token-weighted greedy alpha of simulated prompts (as AcceptanceStats weights live ones)."""
-    counted = sum(it.counted for r in results for it in r.iterations)
-    return sum(it.alpha_sum for r in results for it in r.iterations) / counted
-
-
 def recorded(session: Session, prompts: Sequence[Prompt], stem: Path) -> Recording:
     """The target's greedy outputs on `prompts` (EOS ignored), recorded once at `stem` and reused."""
     if Path(f"{stem}.jsonl").exists():
@@ -240,7 +236,9 @@ def run_gamma(session: Session) -> dict:
     prompts = workload_prompts(session.tokenizer, args.domains, args.per_domain)
     recording = recorded(session, prompts, Path(args.recording))
     identity = tokenizer_identity(session.tokenizer)
-    simulated = {g: dataset_alpha(simulate(recording, session.draft, identity, gamma=g)) for g in args.gammas}
+    simulated = {
+        g: simulated_alpha(simulate(recording, session.draft, identity, gamma=g)) for g in args.gammas
+    }
     base, runs = session.run({g: (session.draft, g) for g in args.gammas}, prompts)
     cost = session.costs(session.draft, mean_context(prompts, args.max_new_tokens), args.gammas)
     rows = [
@@ -305,13 +303,15 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--cost_reps", type=int, default=3, help="forwards per model per round (median)")
         p.add_argument("--out", default="outputs/ablations")
     gamma, context, drafts = (sub.choices[n] for n in RUNS)
-    gamma.add_argument("--gammas", type=int, nargs="+", default=list(range(1, 11)))
+    # Eq. 2 needs a live alpha (proposals) and a fixed gamma to charge
+    fixed = {"plain_decoding": NEEDS_PROPOSALS, "auto": NO_POLICY}
+    gamma.add_argument("--gammas", type=gamma_arg("--gammas", **fixed), nargs="+", default=list(range(1, 11)))
     gamma.add_argument(
         "--recording", default="outputs/ablations/gamma_recording", help="stem, recorded if absent"
     )
     context.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256, 448])
     for p in (context, drafts):
-        add_gamma_flag(p, STANDARD_TIMING, "the pair's best_gamma")
+        add_gamma_flag(p, STANDARD_TIMING, "the pair's best_gamma", **fixed)
     drafts.add_argument("--drafts", nargs="+", required=True, help="NAME=PATH of each draft")
     report = sub.add_parser("report", help="merge {out}/parts into results.json, table.md and plots")
     report.add_argument("--out", default="outputs/ablations")

@@ -27,6 +27,7 @@ from typing import TypeVar
 import torch
 
 from benchmarks.online_common import markdown_table, save_results
+from osd.alpha import pooled_alpha
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup_measured_verify
 from osd.distill.data import pad
@@ -36,6 +37,7 @@ from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import draft_step_time, step_time, synchronize
+from osd.spec.weight_major import use_weight_major_linears
 
 T = TypeVar("T")
 
@@ -78,6 +80,7 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     draft, target, tok = load_demo_pair(args.draft, args.target, dtype=dtype, draft_dtype=dtype)
     apply_draft_vocab(draft)  # as the engine does, before c is timed: a saved sub-vocabulary head
+    use_weight_major_linears(target)  # a float32 CPU target's faster layout, for every method alike
     per_file = -(-args.num_prompts // len(list(WORKLOAD_DIR.glob("*_eval.json"))))
     records = [
         r for path in sorted(WORKLOAD_DIR.glob("*_eval.json")) for r in load_conversations(path)[:per_file]
@@ -122,7 +125,7 @@ def main() -> None:
             tokens = sum(o.generated_ids.shape[1] for o in outs[gamma])
             proposed = sum(o.num_proposed for o in outs[gamma])
             steps = sum(len(o.accepted_lengths) for o in outs[gamma])
-            alpha = sum(o.alpha_sum for o in outs[gamma]) / proposed if proposed else float("nan")
+            alpha = pooled_alpha(sum(o.alpha_sum for o in outs[gamma]), proposed)  # None at gamma 0
             spec = tokens / sum(seconds[gamma])
             row = {"batch size": b, "gamma": gamma, "target tok/s": base, "spec tok/s": spec,
                    "speedup": spec / base, "alpha": alpha, "proposed / step": proposed / steps, "c": c,
@@ -130,10 +133,9 @@ def main() -> None:
                    "target latency p50 s": statistics.median(seconds["target"]),
                    "spec latency p50 s": statistics.median(seconds[gamma]),
                    "spec latency max s": max(seconds[gamma])}  # fmt: skip
-            if gamma not in (
-                "auto",
-                "0",
-            ):  # Eq. 2 charged with the verify cost of B x (gamma + 1) tokens over B x 1
+            # Eq. 2 charged with the verify cost of B x (gamma + 1) tokens over B x 1, for a fixed gamma that
+            # proposed (gamma 0 has no alpha)
+            if gamma != "auto" and alpha is not None:
                 g = int(gamma)
                 v = step_time(target, length=g + 1, **timing) / t_target
                 predicted = speedup_measured_verify(alpha, g, c, v)

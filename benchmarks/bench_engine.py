@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from osd.alpha import format_alpha
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup, speedup_measured_verify
 from osd.demo.target import ensure_if_demo_target
@@ -38,7 +39,7 @@ from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import AcceptanceStats
-from osd.spec.gamma import DEMO, add_gamma_flag
+from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
 from osd.spec.timing import draft_step_time, machine, step_time, synchronize
 from osd.spec.weight_major import use_weight_major_linears
@@ -62,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="conversation-JSON files whose user turns are the prompts",
     )
     ap.add_argument("--num_prompts", type=int, default=8, help="prompts per data file")
-    add_gamma_flag(ap, DEMO, "the demo's; best_gamma for the demo pair (c 0.018, alpha 0.36)")
+    add_gamma_flag(ap, DEMO, "the demo's; best_gamma for the demo pair (c 0.018, alpha 0.36); gamma auto is a "
+                   "row of its own", plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)  # fmt: skip
     ap.add_argument("--max_new_tokens", type=int, default=64)
     ap.add_argument(
         "--ignore_eos",
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
         ).to(device).eval()
         for name in dict.fromkeys(paths.values())
     }  # fmt: skip
-    use_weight_major_linears(target)  # as the engine does, before HF's methods too: every method alike
+    use_weight_major_linears(target)  # a float32 CPU target's faster layout (opt-in): every method alike
     if args.packed_linears:
         for model in (target, *drafts.values()):
             use_packed_linears(model)
@@ -250,9 +252,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print(f"{'method':28s} {'tokens/s':>9s} {'alpha':>6s} {'acc.len':>7s} {'speedup':>7s}")
     for m, t, a, acc, s in rows:
-        fa = f"{a:6.3f}" if a is not None else f"{'':6s}"
-        fl = f"{acc:7.2f}" if acc is not None else f"{'':7s}"
-        print(f"{m:28s} {t:9.1f} {fa} {fl} {s:7.2f}")
+        fl = f"{acc:7.2f}" if acc is not None else f"{'-':>7s}"
+        print(f"{m:28s} {t:9.1f} {format_alpha(a):>6s} {fl} {s:7.2f}")
     print(
         f"Eq. 2 predicted speedup {predicted:.2f} (measured/predicted {measured / predicted:.2f}); "
         f"with measured verify cost {predicted_verify:.2f} (measured/predicted {measured / predicted_verify:.2f}); "

@@ -23,6 +23,7 @@ import torch
 
 from benchmarks.bench_engine import timed_generate
 from benchmarks.online_common import markdown_table, save_results
+from osd.alpha import pooled_alpha
 from osd.conversations import load_conversations, user_query
 from osd.models import load_demo_pair
 from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, workload_path
@@ -30,6 +31,7 @@ from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.adaptive import GammaPolicy
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.weight_major import use_weight_major_linears
 
 # one prompt -> (generated tokens, seconds, alpha sum, proposals, verification steps)
 Method = Callable[[torch.Tensor], tuple[int, float, float, int, int]]
@@ -67,11 +69,9 @@ def domain_rows(methods: dict[str, Method], prompts: list[torch.Tensor], domain:
     for name, (tokens, seconds, alpha_sum, proposed, steps) in totals.items():
         row = {"domain": domain, "method": name, "tokens": tokens, "tok/s": tokens / seconds,
                "speedup": tokens / seconds / base}  # fmt: skip
+        # alpha None where nothing was proposed: gamma auto chooses 0 where this machine makes drafting too dear
         if steps:
-            row |= {
-                "alpha": alpha_sum / proposed if proposed else float("nan"),
-                "proposed / step": proposed / steps,
-            }
+            row |= {"alpha": pooled_alpha(alpha_sum, proposed), "proposed / step": proposed / steps}
         rows.append(row)
         print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
     return rows
@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
     draft, target, tok = load_demo_pair(args.draft, args.target, dtype=dtype, draft_dtype=dtype)
     # as the engine does, before gamma auto times the draft: a saved sub-vocabulary head
     apply_draft_vocab(draft)
+    use_weight_major_linears(target)  # a float32 CPU target's faster layout, for every method alike
     eos, pad, n = tok.eos_token_id, tok.pad_token_id, args.max_new_tokens
     draft.generation_config.num_assistant_tokens = 20
     draft.generation_config.num_assistant_tokens_schedule = "heuristic"

@@ -71,7 +71,7 @@ def serve(llm, queries, args: ServingArguments, distiller: DraftDistiller | None
     return {
         "tokens_per_s": sum(q.num_generated for q in state.queries) / served_s, "latency_p50_s": p50,
         "latency_p90_s": p90, "alpha": last[ALPHA], "vllm_acceptance": last[VLLM_ACCEPTANCE_RATE],
-        **{d: last.get(group_key("dataset", d), float("nan")) for d in DOMAINS},
+        **{d: last.get(group_key("dataset", d)) for d in DOMAINS},  # None: no alpha for the domain
         # per-query latencies: at concurrency 1 the serving time of each query, as the demo's tables count it
         "tail_tokens_per_s": sum(t["tokens"] for t in on_tails.values()) / sum(t["s"] for t in on_tails.values()),
         **{f"tail_{d}": t["alpha"] for d, t in on_tails.items()},

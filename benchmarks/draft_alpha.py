@@ -23,34 +23,31 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from osd.alpha import format_alpha
 from osd.analysis.recording import load_recording, tokenizer_identity
-from osd.analysis.simulate import PromptSimulation, simulate
+from osd.analysis.simulate import simulate, simulated_alpha
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 
 
-def pooled_alpha(results: list[PromptSimulation]) -> float:
-    """Alpha over all counted positions of the prompts (as the engine pools a stream)."""
-    counted = sum(it.counted for r in results for it in r.iterations)
-    return sum(it.alpha_sum for r in results for it in r.iterations) / counted if counted else float("nan")
-
-
-def draft_alpha(draft_path: str, recordings: list[str], gamma: int, limit: int | None) -> dict[str, float]:
+def draft_alpha(
+    draft_path: str, recordings: list[str], gamma: int, limit: int | None
+) -> dict[str, float | None]:
     """{recording stem or stem/dataset: pooled greedy alpha} for one draft."""
     draft = apply_draft_vocab(AutoModelForCausalLM.from_pretrained(draft_path, dtype=torch.bfloat16).eval())
     tokenizer = tokenizer_identity(AutoTokenizer.from_pretrained(draft_path))
-    alphas: dict[str, float] = {}
+    alphas: dict[str, float | None] = {}
     for path in recordings:
         recording = load_recording(path)
         if limit is not None:
             recording.prompts = recording.prompts[:limit]
         results = simulate(recording, draft, tokenizer, gamma, source=path)
         stem = Path(path).name.removesuffix(".jsonl")
-        alphas[stem] = pooled_alpha(results)
+        alphas[stem] = simulated_alpha(results)
         groups = {p.id: p.id.split("-")[1] for p in recording.prompts if p.id.startswith("heldout-")}
         for group in sorted(set(groups.values())):
-            alphas[f"{stem}/{group}"] = pooled_alpha([r for r in results if groups.get(r.id) == group])
+            alphas[f"{stem}/{group}"] = simulated_alpha(r for r in results if groups.get(r.id) == group)
     return alphas
 
 
@@ -71,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| draft | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
     for draft, row in table.items():
-        print(f"| {draft} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
+        print(f"| {draft} | " + " | ".join(format_alpha(row[c]) for c in columns) + " |")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         command = "python -m benchmarks.draft_alpha " + " ".join(sys.argv[1:] if argv is None else argv)

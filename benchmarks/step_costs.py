@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
             torch.manual_seed(args.seed)
             draft_name = args.draft_dtype or name
             target = random_model(args.target, getattr(torch, name), device)
-            use_weight_major_linears(target)  # as the engine runs a target (osd.spec.weight_major)
+            use_weight_major_linears(target)  # a float32 target's faster layout, as the benchmarks serve it
             draft = random_model(args.draft, getattr(torch, draft_name), device)
             run = {"device": device, "dtype": name, "draft_dtype": draft_name, "machine": machine(device)}
             run |= costs(target, draft, args.context, args.max_gamma)

@@ -41,6 +41,7 @@ from osd.distill.sources import SamplingConfig, generate_mixed
 from osd.distill.trainer import DistillTrainer
 from osd.models import load_model, load_tokenizer
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
+from osd.spec.gamma import NEEDS_PROPOSALS, parse_gamma
 
 KL_METHODS = ("forward", "reverse", "jsd", "reference_mix", "tvd")  # the paper's columns + ours
 PAIRS = ("decoder", "t5")
@@ -101,6 +102,9 @@ class Table1Args:
     plot_only: bool = field(
         default=False, metadata={"help": "Only redraw {out_dir}/{name}.png from the recorded {name}.json."}
     )
+
+    def __post_init__(self) -> None:
+        parse_gamma(self.max_propose_num, "--max_propose_num", plain_decoding=NEEDS_PROPOSALS)
 
 
 def teacher_answers(args: Table1Args, teacher, tokenizer, dataset: ConversationDataset, out: Path) -> Path:

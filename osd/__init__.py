@@ -1,11 +1,7 @@
-"""osd: Online Speculative Decoding (Liu et al., arXiv 2310.07177), reproduced."""
+"""osd: Online Speculative Decoding (Liu et al., arXiv 2310.07177), reproduced.
 
-import os
-
-# torch backs its CPU buffers of 2 MB and more with transparent huge pages, unless the user chose
-# otherwise: an online update allocates its dense [V, H] embedding gradients afresh at every step,
-# and with 4 KB pages faulting them in took a third of the update (LOG.md, section 38). torch reads
-# the variable at its first allocation, so it is set here, before any osd module imports torch.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+Importing osd changes no process state. The entry points that train online ask torch for huge pages
+themselves (`THP_MEM_ALLOC_ENABLE`, set before torch is imported: `osd.train`, bash_scripts/demo.sh).
+"""
 
 __version__ = "0.1.0"

@@ -33,13 +33,13 @@ were (their field is unknown).
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 
 from transformers.integrations.integration_utils import rewrite_logs
 
+from osd.alpha import pooled_alpha
 from osd.conversations import GROUP_FIELDS
 
 ALPHA = "alpha"
@@ -66,9 +66,10 @@ def group_key(field: str, value: str) -> str:
     return f"{ALPHA}/{field}/{re.sub(r'[/*]', '_', value)}"
 
 
-def group_alphas(queries: Iterable[tuple[dict[str, str], float, int]]) -> dict[str, float]:
-    """Token-weighted alpha per group: {group_key(field, value): sum alpha_sum / sum num_proposed}, in
-    GROUP_FIELDS order, then by value. Each query is (its group fields, alpha_sum, num_proposed)."""
+def group_alphas(queries: Iterable[tuple[dict[str, str], float, int]]) -> dict[str, float | None]:
+    """Token-weighted alpha per group: {group_key(field, value): `pooled_alpha`(sum alpha_sum, sum num_proposed)}
+    (None for a group with nothing proposed), in GROUP_FIELDS order, then by value. Each query is (its group
+    fields, alpha_sum, num_proposed)."""
     sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     for groups, alpha_sum, proposed in queries:
         for field in GROUP_FIELDS:
@@ -77,7 +78,7 @@ def group_alphas(queries: Iterable[tuple[dict[str, str], float, int]]) -> dict[s
                 total[0] += alpha_sum
                 total[1] += proposed
     order = sorted(sums, key=lambda k: (GROUP_FIELDS.index(k[0]), k[1]))
-    return {group_key(*k): sums[k][0] / sums[k][1] if sums[k][1] else math.nan for k in order}
+    return {group_key(*k): pooled_alpha(*sums[k]) for k in order}
 
 
 def wandb_key(key: str) -> str:

@@ -19,12 +19,20 @@ model or data folder, is refused before any model loads: see osd.distill.run_dir
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
-import torch
+# Huge pages for torch's CPU buffers of 2 MB and more, unless the user chose otherwise: an online update
+# allocates its dense [V, H] embedding gradients afresh at every step, and faulting them in 4 KB pages at a
+# time is a large part of the update (benchmarks/results/general_draft/LOG.md). torch reads the variable
+# once, at its first allocation, hence before it is imported. Set here, at the command line's entry point
+# (`python -m osd.train`, `osd-train`), not by `import osd`: a library leaves the environment to its caller.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from osd.distill.experiment import run
-from osd.distill.flags import parse_train_args
+import torch  # noqa: E402
+
+from osd.distill.experiment import run  # noqa: E402
+from osd.distill.flags import parse_train_args  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

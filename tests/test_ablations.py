@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from benchmarks.ablation_drafts import parse_size
 from benchmarks.ablation_report import report
-from benchmarks.ablations import context_prompts, main
+from benchmarks.ablations import context_prompts, main, parser
 from osd.cost_model import speedup, speedup_measured_verify
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.prompting import encode_prompt
@@ -46,6 +46,21 @@ def test_gamma_rows_simulated_alpha_equals_live_and_eq2_is_the_cost_model(tmp_pa
     ]
     with pytest.raises(ValueError, match="recorded on other prompts"):
         run(tmp_path, "gamma", "--gammas", "2", "--recording", str(tmp_path / "rec"), "--domains", "sql")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["gamma", "--gammas", "2", "0"],
+        ["context", "--gamma", "0"],
+        ["drafts", "--gamma", "auto", "--drafts", "a=b"],
+    ],
+)
+def test_a_gamma_without_a_live_alpha_or_a_fixed_value_is_a_usage_error(argv, capsys):
+    """Eq. 2 is charged at the live alpha of a fixed gamma: gamma 0 has no alpha (None), auto no fixed gamma."""
+    with pytest.raises(SystemExit):
+        parser().parse_args(argv)
+    assert "is not available here" in capsys.readouterr().err
 
 
 def test_context_prompts_have_exactly_the_asked_length_and_keep_the_query():

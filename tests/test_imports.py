@@ -1,7 +1,9 @@
 """The import structure of `osd/`: no cycle, no arrow from a lower layer to a higher one, and the two
 command-line modules (`osd.train`, `osd.cli`) imported by nothing but their own entry points.
 
-Every `import` counts, inside functions too; only `if TYPE_CHECKING:` blocks (annotations) are skipped.
+Every `import` counts: inside functions, and inside `if TYPE_CHECKING:` blocks (an annotation's import
+is an arrow of the design too, and a cycle through one breaks as soon as it runs, e.g. under
+`typing.get_type_hints`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "base",
         (
             "osd.paths",
+            "osd.alpha",
             "osd.user_errors",
             "osd.datafiles",
             "osd.conversations",
@@ -47,17 +50,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def is_type_checking(node: ast.If) -> bool:
-    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-
-
 def imported_names(tree: ast.AST, package: str) -> set[str]:
-    """Every module name `tree` imports (from-imports also as module.name), outside TYPE_CHECKING blocks."""
+    """Every module name `tree` imports anywhere (functions and TYPE_CHECKING blocks included; from-imports
+    also as module.name)."""
     names: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and is_type_checking(node):
-            return
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -68,10 +65,6 @@ def imported_names(tree: ast.AST, package: str) -> set[str]:
                 ).strip(".")
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
     return names
 
 
@@ -156,20 +149,49 @@ def test_scan_sees_cycles_and_upward_arrows(tmp_path):
     assert imported_names(tree, "osd.spec") == {
         "typing",
         "typing.TYPE_CHECKING",
+        "osd.x",
         "osd.spec.y",
         "osd.spec.y.z",
     }
     assert layer("osd.spec.decoder") < layer("osd.distill.trainer") < layer("osd.analysis.simulate")
 
 
+def run_python(code: str, env: dict[str, str]) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_importing_osd_changes_no_environment_variable():
+    """A library leaves the process's environment to its caller (osd once set THP_MEM_ALLOC_ENABLE on import).
+    The models' modules are imported first: importing transformers' modelling code sets TORCHINDUCTOR_CACHE_DIR,
+    which is not osd's doing."""
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    code = (
+        "import os\n"
+        "from transformers import LlamaForCausalLM, T5ForConditionalGeneration, Trainer\n"
+        "before = dict(os.environ)\n"
+        "import osd\n"
+        "after_osd = dict(os.environ)\n"
+        "import osd.spec, osd.models, osd.distill.experiment\n"
+        "print(before == after_osd == dict(os.environ))"
+    )
+    assert run_python(code, env).split()[-1] == "True"
+
+
 @pytest.mark.parametrize("chosen", [None, "0"])
-def test_importing_osd_asks_torch_for_huge_pages_unless_the_user_chose(chosen):
-    """osd sets THP_MEM_ALLOC_ENABLE before any of its modules imports torch (which reads it once)."""
+def test_the_training_entry_point_asks_torch_for_huge_pages_before_importing_it(chosen):
+    """`osd.train` sets THP_MEM_ALLOC_ENABLE (unless the user chose) before torch is imported, which reads it
+    once: the value is recorded at the moment torch's import starts."""
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
     if chosen is not None:
         env["THP_MEM_ALLOC_ENABLE"] = chosen
-    code = "import sys, os, osd; print('torch' in sys.modules, os.environ['THP_MEM_ALLOC_ENABLE'])"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    code = (
+        "import os, sys\n"
+        "class Spy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch': print(os.environ.get('THP_MEM_ALLOC_ENABLE'))\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "import osd.train"
     )
-    assert out.stdout.split() == ["False", chosen or "1"]
+    assert run_python(code, env).split()[0] == (chosen or "1")

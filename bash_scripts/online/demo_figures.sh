@@ -15,6 +15,7 @@ cd "$ROOT"  # outputs/ are under the repository, from any directory
 
 SCALE=${SCALE:-1}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one query at a time: a second thread gains little on 2 cores
+export THP_MEM_ALLOC_ENABLE=${THP_MEM_ALLOC_ENABLE:-1}  # huge pages for the online updates' buffers (as demo.sh)
 
 # Fig. 2: also trains its two offline baselines (60 on-policy steps each: disjoint sql queries, the stream's first 10%)
 "$PYTHON" -m benchmarks.online_single --domain sql --queries $((48 * SCALE)) --online_update_interval 8 --out outputs/online_single

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from osd.alpha import format_alpha, pooled_alpha
 from osd.datafiles import json_lines, read_text, refuse_overwrite, write_text
 from osd.user_errors import run_main
 
@@ -120,15 +121,14 @@ def summarize(rows: Iterable[dict]) -> dict:
 def _acceptance(rows: Sequence[dict]) -> dict:
     if not rows or "accepted" not in rows[0]:
         return {}
-    counted = sum(r["counted"] for r in rows)
     return {
-        "alpha": sum(r["alpha_sum"] for r in rows) / counted if counted else float("nan"),
+        "alpha": pooled_alpha(sum(r["alpha_sum"] for r in rows), sum(r["counted"] for r in rows)),
         "mean_accepted_length": _mean([r["accepted"] for r in rows]),
     }
 
 
-def _list(values: Iterable[float]) -> str:
-    return "[" + ", ".join(f"{v:.4f}" for v in values) + "]"
+def _list(values: Iterable[float | None]) -> str:
+    return "[" + ", ".join(format_alpha(v, ".4f") for v in values) + "]"
 
 
 def format_report(summary: dict) -> str:
@@ -141,7 +141,7 @@ def format_report(summary: dict) -> str:
     if "alpha" in data:
         lines += [
             f"Alpha per prompt: {_list(p['alpha'] for p in per)}",
-            f"Alpha per dataset: [{data['alpha']:.4f}]",
+            f"Alpha per dataset: [{format_alpha(data['alpha'], '.4f')}]",
             f"Mean accepted length per dataset: [{data['mean_accepted_length']:.4f}] "
             f"({data['iterations']} iterations, {data['prompts']} prompts)",
         ]

@@ -31,13 +31,14 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from osd.alpha import pooled_alpha
 from osd.analysis.analyze import format_report, summarize
 from osd.analysis.recording import (
     PromptRecord,
@@ -83,9 +84,15 @@ class PromptSimulation:
         return [it.accepted for it in self.iterations]
 
     @property
-    def alpha(self) -> float:
-        counted = sum(it.counted for it in self.iterations)
-        return sum(it.alpha_sum for it in self.iterations) / counted if counted else float("nan")
+    def alpha(self) -> float | None:
+        return simulated_alpha([self])
+
+
+def simulated_alpha(results: Iterable[PromptSimulation]) -> float | None:
+    """Alpha pooled over every counted position of the prompts, as the engine pools a stream
+    (`osd.alpha.pooled_alpha`: None when nothing was proposed)."""
+    iterations = [it for r in results for it in r.iterations]
+    return pooled_alpha(sum(it.alpha_sum for it in iterations), sum(it.counted for it in iterations))
 
 
 def check_draft(recording: Recording, draft: PreTrainedModel, draft_tokenizer: dict, source: str) -> int:

@@ -39,11 +39,12 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
+from osd.alpha import format_alpha
 from osd.conversations import assistant_answer, user_query
 from osd.distill.data import ConversationDataset
 from osd.distill.lm_training import eval_loss, num_params, seq2seq_example, train_lm
 from osd.paths import DOMAINS, T5_TEACHER_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR, repo_relative
-from osd.spec import SpeculativeDecoder
+from osd.spec import measure_acceptance
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 
 
@@ -144,18 +145,13 @@ def workload(cfg: T5BuildConfig, tok: PreTrainedTokenizerBase) -> dict[tuple[str
     }  # fmt: skip
 
 
-@torch.inference_mode()
 def standard_alpha(
     draft, teacher, data: ConversationDataset, n: int, gamma: int, max_new_tokens: int, eos_token_id: int
-) -> float:
-    """Exact alpha of greedy speculative decoding over the first n queries (proposal-weighted)."""
-    accepted = proposed = 0.0
-    decoder = SpeculativeDecoder(draft, teacher, gamma=gamma)
-    for i in range(min(n, len(data))):
-        ids = torch.tensor([data[i]["prompt_ids"]])  # [1, S]: the encoder's input
-        out = decoder.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
-        accepted, proposed = accepted + out.alpha_sum, proposed + out.num_proposed
-    return accepted / proposed if proposed else float("nan")
+) -> float | None:
+    """Exact alpha of greedy speculative decoding over the first n queries (proposal-weighted; None when
+    nothing was proposed)."""
+    prompts = [data[i]["prompt_ids"] for i in range(min(n, len(data)))]  # each the encoder's input
+    return measure_acceptance(draft, teacher, prompts, gamma, max_new_tokens, eos_token_id=eos_token_id).alpha
 
 
 def evaluate_pair(cfg: T5BuildConfig, folder: Path, data: dict | None = None) -> dict:
@@ -238,7 +234,7 @@ def main() -> None:
     metrics = build(cfg)
     for d, losses in metrics["eval_answer_loss"].items():
         print(f"{d:8s} eval answer loss: teacher {losses['teacher']:.3f}  draft {losses['draft']:.3f}  "
-              f"Standard alpha {metrics['standard_alpha'][d]:.3f}")  # fmt: skip
+              f"Standard alpha {format_alpha(metrics['standard_alpha'][d])}")  # fmt: skip
     for d, samples in metrics["teacher_samples"].items():
         print(f"--- {d}: {samples[0]['query']!r}\n    teacher: {samples[0]['teacher']!r}")
 

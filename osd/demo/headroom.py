@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import HfArgumentParser
 
+from osd.alpha import format_alpha
 from osd.conversations import load_conversations, save_conversations, user_query
 from osd.distill.lm_training import IGNORE, chat_example, collate, lr_at
 from osd.models import load_demo_pair
@@ -34,6 +35,7 @@ from osd.prompting import encode_prompt
 from osd.spec import measure_acceptance
 from osd.spec.evaluate import target_only_greedy
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
+from osd.spec.gamma import NEEDS_PROPOSALS, parse_gamma
 
 
 @dataclass
@@ -60,6 +62,7 @@ class HeadroomConfig:
     def __post_init__(self) -> None:
         if self.domain not in DOMAINS:
             raise ValueError(f"--domain {self.domain!r}: expected one of {DOMAINS}")
+        parse_gamma(self.gamma, "--gamma", plain_decoding=NEEDS_PROPOSALS)
 
 
 def forward_kl(
@@ -84,13 +87,13 @@ def main() -> None:
     evals = evals[: cfg.num_eval] if cfg.num_eval else evals
     eval_prompts = [encode_prompt(tok, user_query(r)) for r in evals]
 
-    def alpha() -> float:
+    def alpha() -> float | None:
         stats = measure_acceptance(draft, teacher, eval_prompts, gamma=cfg.gamma, max_new_tokens=cfg.max_new_tokens,
                                    eos_token_id=tok.eos_token_id, progress=True)  # fmt: skip
         return stats.alpha
 
     alpha_before = alpha()
-    print(f"[{cfg.domain}] Standard alpha before distillation: {alpha_before:.3f}")
+    print(f"[{cfg.domain}] Standard alpha before distillation: {format_alpha(alpha_before)}")
 
     distilled = []
     for rec in tqdm(train, desc="teacher answers"):
@@ -134,12 +137,14 @@ def main() -> None:
     tok.save_pretrained(out_dir)
     if (Path(cfg.target) / "tokenizer.model").exists():  # a SentencePiece model, for llama.cpp's converter
         (out_dir / "tokenizer.model").write_bytes((Path(cfg.target) / "tokenizer.model").read_bytes())
+    # None where nothing was proposed (every answer a single token)
+    gain = None if alpha_before is None or alpha_after is None else alpha_after - alpha_before
     result = {"domain": cfg.domain, "alpha_before": alpha_before, "alpha_after": alpha_after,
-              "gain": alpha_after - alpha_before, "steps": cfg.steps, "num_train": len(train),
+              "gain": gain, "steps": cfg.steps, "num_train": len(train),
               "num_eval": len(evals), "train_seconds": train_seconds}  # fmt: skip
     (out_dir / "headroom.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"[{cfg.domain}] alpha {alpha_before:.3f} -> {alpha_after:.3f} (+{alpha_after - alpha_before:.3f}); "
-          f"draft saved to {out_dir}")  # fmt: skip
+    print(f"[{cfg.domain}] alpha {format_alpha(alpha_before)} -> {format_alpha(alpha_after)} "
+          f"({format_alpha(gain, '+.3f')}); draft saved to {out_dir}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, repo_relative, workload_
 from osd.prompting import encode_prompt
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
-from osd.spec.gamma import STANDARD_TIMING
+from osd.spec.gamma import NEEDS_PROPOSALS, STANDARD_TIMING, parse_gamma
 from osd.spec.timing import step_time
+from osd.spec.weight_major import use_weight_major_linears
 
 
 @dataclass
@@ -73,11 +74,19 @@ def main() -> None:
     unknown = set(cfg.domains) - set(DOMAINS)
     if unknown:
         raise ValueError(f"--domains: unknown {sorted(unknown)}; the workload has {DOMAINS}")
+    # alpha and Eq. 2 need proposals: gamma >= 1, and room for one after the target's token
+    parse_gamma(cfg.gamma, "--gamma", plain_decoding=NEEDS_PROPOSALS)
+    if cfg.max_new_tokens < 2:
+        raise ValueError(
+            f"--max_new_tokens must be 2 or more for a step to propose a token, got {cfg.max_new_tokens}"
+        )
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     draft, target, tok = load_demo_pair(
         cfg.draft, cfg.target, getattr(torch, cfg.dtype), getattr(torch, cfg.draft_dtype)
     )
+    # a float32 target's faster layout (opt-in, osd.spec.weight_major): for SD, c and the baseline alike
+    use_weight_major_linears(target)
     c, t_draft, t_target = cost_ratio(draft, target)
     verify_cost = step_time(target, 64, length=cfg.gamma + 1) / t_target
     print(f"c = draft step / target step = {t_draft * 1e3:.2f} ms / {t_target * 1e3:.2f} ms = {c:.3f}")

@@ -22,6 +22,7 @@ from osd.distill.run_dir import RunPlan, final_eval, open_run, run_identity
 from osd.distill.trainer import DistillTrainer
 from osd.model_checks import fit_lengths
 from osd.models import load_models
+from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import disk_full_as_oserror
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,8 @@ def run(
     identity = run_identity(model_args, data_args, training_args)
     with open_run(model_args, data_args, training_args, identity) as plan:
         tokenizer, student, teacher = load_models(model_args)
+        # the run's own float32 CPU target verifies a few tokens in about one step (opt-in: osd.spec.weight_major)
+        use_weight_major_linears(teacher)
         dataset = dataset_loader(data_args, tokenizer, student, teacher, training_args.max_new_tokens)
         train_dataset = dataset(data_args.data_path, data_args.max_train_samples, data_args.data_split)
         eval_dataset = None

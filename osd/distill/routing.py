@@ -44,6 +44,7 @@ from osd.distill.flags import parse_train_args
 from osd.distill.online import OnlineDistillTrainer
 from osd.distill.run_dir import open_run, run_identity
 from osd.models import load_models
+from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
 Router = Callable[[dict[str, str], str], str]  # (group fields, prompt text) -> route name
@@ -181,6 +182,7 @@ def run_routed(
     identity = run_identity(model_args, data_args, args, route_by=routing.route_by, routes=routing.routes)
     with open_run(model_args, data_args, args, identity) as plan:  # refuses before models load
         tokenizer, student, teacher = load_models(model_args)
+        use_weight_major_linears(teacher)  # as osd.distill.experiment.run: the run's own target, opt-in
         stream = dataset_loader(data_args, tokenizer, student, teacher, args.max_new_tokens)(
             data_args.data_path, data_args.max_train_samples, data_args.data_split
         )

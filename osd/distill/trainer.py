@@ -329,10 +329,11 @@ class DistillTrainer(Trainer):
         eval_dataset: Dataset | None = None,
         ignore_keys: list[str] | None = None,
         metric_key_prefix: str = "eval",
-    ) -> dict[str, float]:
+    ) -> dict[str, float | None]:
         """alpha and mean accepted length of SD (draft = student, gamma = --max_propose_num) on the eval
         set, overall and per dataset/topic/language value (`{prefix}_alpha/{field}/{value}`, the online entries'
-        names: osd.metric_keys), token-weighted."""
+        names: osd.metric_keys), token-weighted; an alpha with nothing proposed (gamma auto may choose 0) is
+        None."""
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ValueError("evaluation needs an eval set (--eval_data_path)")

@@ -1,5 +1,7 @@
-"""Batched speculative decoding: B prompts decoded together, every row accepting its own number of
-draft tokens at every step (`SpeculativeDecoder.generate_batch`; `generate` stays the B = 1 engine).
+"""Batched speculative decoding's KV caches: B prompts decoded together, every row accepting its own number
+of draft tokens at every step. The step loop is `SpeculativeDecoder.generate_batch` (`osd.spec.decoder`, next
+to `generate`, the B = 1 engine); this module holds the caches it steps (`RowCache`), below the engine, so
+that `osd.spec.timing` can time a step as the engine takes it.
 
 Cache layout. Draft and target each keep one KV cache for the rows still decoding, W slots wide,
 with a 0/1 mask [B, W] of the slots that hold each row's cached tokens (its committed prefix, in
@@ -23,7 +25,7 @@ Draft path. A Llama draft steps through `osd.spec.llama_draft.LeanLlama` (as in 
 `lean_draft=False`): the same logits as HF's forward over the same slots, positions and mask, without HF's
 per-call machinery. A padded fed token also attends to its own slot, so that no attention row is empty.
 
-Step. k = max_i k_i with k_i = min(gamma, remaining_i - 1): every row proposes and verifies k draft
+Step (`SpeculativeDecoder._batch_step`). k = max_i k_i with k_i = min(gamma, remaining_i - 1): every row proposes and verifies k draft
 tokens but counts only its first k_i (and none after a drafted EOS), so its accepted lengths, exact
 alpha, wrong positions and output are those of `generate` on that row alone (greedy: identical
 tokens; sampling: every row distributed as the target's).
@@ -33,9 +35,7 @@ Symbols: B rows, k proposals per step, V shared vocabulary, W cache width (slots
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
@@ -43,11 +43,6 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.llama_draft import LeanLlama, supports_lean_step
-from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
-from osd.spec.sampling import accept_reject_rows, acceptance_probability, greedy, logits_to_probs, sample
-
-if TYPE_CHECKING:  # the engine calls decode_batch with itself
-    from osd.spec.decoder import SpeculativeDecoder
 
 PAD_ID = 0  # fed at padded slots; masked, so any valid id does
 SLACK = 0.25  # masked slots may take up this share of a cache's width before it is compacted
@@ -208,113 +203,6 @@ class RowCache:
         return ids, mask
 
 
-@dataclass
-class _Row(SequenceRecord):
-    budget: int = 0  # tokens this row may generate
-
-
-def decode_batch(
-    decoder: SpeculativeDecoder,
-    input_ids: torch.Tensor,
-    mask: torch.Tensor,
-    prefixes: list[list[int]],
-    budgets: list[int],
-    eos: set[int],
-    temperature: float,
-    top_p: float,
-    generator: torch.Generator | None,
-    keep_logits: bool,
-) -> list[SpecOutput]:
-    """Decode every row (its committed prefix, at most its budget of new tokens) until it finishes;
-    input_ids [B, T] and mask [B, T] as the caller gave them (the encoder's input for seq2seq models)."""
-    start = time.perf_counter()
-    rows = [_Row(list(p), len(p), keep_logits, budget=b) for p, b in zip(prefixes, budgets, strict=True)]
-    draft = RowCache.start(decoder.draft, input_ids, mask, lean=decoder.lean_draft)
-    target = RowCache.start(decoder.target, input_ids, mask)
-    times = StepTimes()
-    active = list(range(len(rows)))  # rows still decoding, in cache order
-    while active:
-        finished = _step(
-            decoder, [rows[i] for i in active], draft, target, times, eos, temperature, top_p, generator
-        )
-        active = [i for i, done in zip(active, finished, strict=True) if not done]
-    wall = time.perf_counter() - start
-    return [row.to_output(eos, times, wall, input_ids.device) for row in rows]  # timings: the whole batch's
-
-
-def _step(
-    decoder: SpeculativeDecoder,
-    rows: list[_Row],
-    draft: RowCache,
-    target: RowCache,
-    times: StepTimes,
-    eos: set[int],
-    temperature: float,
-    top_p: float,
-    gen: torch.Generator | None,
-) -> list[bool]:
-    """One propose / verify / accept-reject step over the active rows; returns which rows finished."""
-    V = decoder.vocab_size
-    t0 = time.perf_counter()
-    committed = torch.tensor([len(r.tokens) for r in rows])  # [B]
-    gamma = decoder.next_gamma(len(rows))
-    limits = torch.tensor([min(gamma, r.budget - r.num_generated - 1) for r in rows])  # [B] k_i
-    k = int(limits.max())
-    draft_tokens = torch.empty(len(rows), 0, dtype=torch.long)  # [B, k]
-    q = None  # [B, k, V] when sampling
-    if k > 0:
-        draft_tokens, q = _propose(draft, [r.tokens for r in rows], k, V, temperature, top_p, gen)
-    draft_lists = draft_tokens.tolist()  # also waits for the device, so the timings are honest
-    # proposals after a drafted EOS cannot be emitted: do not count them
-    limits = torch.tensor(
-        [
-            next((j + 1 for j, t in enumerate(d[:lim]) if t in eos), lim)
-            for d, lim in zip(draft_lists, limits.tolist(), strict=True)
-        ]
-    )
-    t1 = time.perf_counter()
-    feed, feed_mask = target.feed_unseen([r.tokens for r in rows])
-    verify_in = torch.cat([feed, draft_tokens], 1)  # [B, u + k]
-    verify_mask = torch.cat([feed_mask, torch.ones_like(draft_tokens)], 1)
-    logits = target.forward(verify_in, verify_mask, num_logits=k + 1)[..., :V]  # [B, k + 1, V]
-    t2 = time.perf_counter()
-    if decoder.policy is not None and feed.shape[1] == 1:  # not a prefill
-        decoder.policy.observe_verify(len(rows), k, t2 - t1)
-    draft_tokens, limits = draft_tokens.to(logits.device), limits.to(logits.device)
-    proposed = torch.arange(k, device=logits.device)[None, :] < limits[:, None]  # [B, k]
-    if temperature == 0.0:
-        argmax = greedy(logits)  # [B, k + 1]
-        matches = draft_tokens == argmax[:, :k]  # [B, k]
-        n = (matches & proposed).long().cumprod(1).sum(1)  # [B]
-        next_tokens = argmax.gather(1, n[:, None])[:, 0]  # [B]
-        alphas = matches.float()  # sum_v min(p, q) of two point masses
-    else:
-        p = logits_to_probs(logits, temperature, top_p)  # [B, k + 1, V]
-        q = q.to(p.device) if q is not None else p.new_zeros(len(rows), 0, V)
-        uniforms = torch.rand(len(rows), k, generator=gen, device=gen.device if gen is not None else p.device)
-        n, next_tokens = accept_reject_rows(draft_tokens, p, q, uniforms.to(p.device), limits, gen)
-        alphas = acceptance_probability(p[:, :k], q)  # [B, k]
-    # count positions whose prefix is the committed one: accepted ones and the first rejected
-    counted = torch.minimum(n + 1, limits)  # [B]
-    alpha_sums = (alphas * (torch.arange(k, device=alphas.device)[None, :] < counted[:, None])).sum(1)
-    if decoder.policy is not None:
-        decoder.policy.observe(float(alpha_sums.sum()), int(counted.sum()))
-    t3 = time.perf_counter()
-    finished = []
-    for i, row in enumerate(rows):
-        n_i = int(n[i])
-        emitted = row.commit(draft_lists[i], n_i, int(limits[i]), int(next_tokens[i]), float(alpha_sums[i]),
-                             int(counted[i]), logits[i])  # fmt: skip
-        finished.append(bool(eos.intersection(emitted)) or row.num_generated >= row.budget)
-    stay = torch.tensor([i for i, done in enumerate(finished) if not done], dtype=torch.long)
-    if len(stay):
-        n = n.cpu()
-        draft.keep(torch.minimum(committed + n, draft.lengths), stay)
-        target.keep(committed + n, stay)  # the newest committed token is fed at the next verification
-    times.add(t0, t1, t2, t3, time.perf_counter())
-    return finished
-
-
 def _slot_mask(attention: torch.Tensor, u: int) -> torch.Tensor:
     """[B, 1, u, W + u] True where the i-th of the u fed tokens may attend: the row's cached slots and the fed
     ones up to its own (attention [B, W + u], 1 at those slots). A padded fed token attends to its own slot
@@ -325,28 +213,3 @@ def _slot_mask(attention: torch.Tensor, u: int) -> torch.Tensor:
     own = (width - u) + torch.arange(u, device=attention.device)  # [u] the fed tokens' slots
     allowed = attention.bool()[:, None, :] & (slots[None, :] <= own[:, None])[None]  # [B, u, W + u]
     return (allowed | (slots[None, :] == own[:, None])[None])[:, None]
-
-
-def _propose(
-    draft: RowCache,
-    tokens: list[list[int]],
-    k: int,
-    V: int,
-    temperature: float,
-    top_p: float,
-    gen: torch.Generator | None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """k draft tokens per row after its committed tokens: [B, k], and the draft's q [B, k, V] when sampling."""
-    feed, mask = draft.feed_unseen(tokens)
-    proposed, probs = [], []
-    for _ in range(k):
-        logits = draft.forward(feed, mask, num_logits=1)[:, 0, :V]  # [B, V]
-        if temperature == 0.0:
-            token = greedy(logits)  # [B]
-        else:
-            q_j = logits_to_probs(logits, temperature, top_p)  # [B, V]
-            token = sample(q_j, gen)
-            probs.append(q_j)
-        proposed.append(token.cpu())
-        feed, mask = token[:, None], torch.ones(len(tokens), 1, dtype=torch.long)
-    return torch.stack(proposed, 1), torch.stack(probs, 1) if probs else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -10,6 +9,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from osd.alpha import pooled_alpha
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.gamma import DEFAULT, Gamma
@@ -18,11 +18,12 @@ from osd.spec.records import SpecOutput
 
 @dataclass
 class AcceptanceStats:
-    """Speculative decoding over many prompts, aggregated token-weighted."""
+    """Speculative decoding over many prompts, aggregated token-weighted. A rate with nothing to count (no
+    proposal, no step) is None."""
 
-    alpha: float  # sum of alpha over all counted proposed positions / their number
-    mean_accepted_length: float  # accepted draft tokens per verification step
-    tokens_per_step: float  # generated tokens per verification step (accepted + the target's own)
+    alpha: float | None  # sum of alpha over all counted proposed positions / their number (`pooled_alpha`)
+    mean_accepted_length: float | None  # accepted draft tokens per verification step
+    tokens_per_step: float | None  # generated tokens per verification step (accepted + the target's own)
     num_generated: int
     num_steps: int
     wall_time_s: float
@@ -30,7 +31,7 @@ class AcceptanceStats:
     target_time_s: float
     accept_time_s: float
     cache_time_s: float
-    per_prompt_alpha: list[float]
+    per_prompt_alpha: list[float | None]
 
     @property
     def tokens_per_s(self) -> float:
@@ -38,13 +39,12 @@ class AcceptanceStats:
 
     @classmethod
     def from_outputs(cls, outputs: Sequence[SpecOutput]) -> AcceptanceStats:
-        proposed = sum(o.num_proposed for o in outputs)
         steps = sum(o.num_target_calls for o in outputs)
         generated = sum(o.generated_ids.shape[1] for o in outputs)
         return cls(
-            alpha=sum(o.alpha_sum for o in outputs) / proposed if proposed else math.nan,
-            mean_accepted_length=sum(sum(o.accepted_lengths) for o in outputs) / steps if steps else math.nan,
-            tokens_per_step=generated / steps if steps else math.nan,
+            alpha=pooled_alpha(sum(o.alpha_sum for o in outputs), sum(o.num_proposed for o in outputs)),
+            mean_accepted_length=sum(sum(o.accepted_lengths) for o in outputs) / steps if steps else None,
+            tokens_per_step=generated / steps if steps else None,
             num_generated=generated,
             num_steps=steps,
             wall_time_s=sum(o.wall_time_s for o in outputs),

@@ -81,7 +81,7 @@ def use_packed_linears(model: nn.Module) -> int:
     unchanged); return how many changed. Each forward decides: a float32 draft that trains keeps `nn.Linear`'s
     path, its bf16 serving copies (deep copies keep the class) read packed weights. A model on another device,
     or where `packing_available()` is False, is left as it is (0). Not for a float32 target: its layers would
-    no longer be plain, and the engine's `use_weight_major_linears` would leave them as they are."""
+    no longer be plain, and `use_weight_major_linears` would leave them as they are."""
     first = next(model.parameters(), None)
     if first is None or first.device.type != "cpu" or not packing_available():
         return 0

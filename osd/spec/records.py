@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from osd.alpha import pooled_alpha
+
 
 @dataclass
 class SpecOutput:
@@ -26,14 +28,16 @@ class SpecOutput:
     wall_time_s: float
 
     @property
-    def alpha(self) -> float:
-        """Mean exact acceptance rate over proposed positions (nan when nothing was proposed)."""
-        return self.alpha_sum / self.num_proposed if self.num_proposed else float("nan")
+    def alpha(self) -> float | None:
+        """Mean exact acceptance rate over counted proposed positions (`osd.alpha.pooled_alpha`: None when
+        nothing was proposed)."""
+        return pooled_alpha(self.alpha_sum, self.num_proposed)
 
     @property
-    def mean_accepted_length(self) -> float:
+    def mean_accepted_length(self) -> float | None:
+        """Accepted draft tokens per verification step (None when there was no step)."""
         steps = len(self.accepted_lengths)
-        return sum(self.accepted_lengths) / steps if steps else float("nan")
+        return sum(self.accepted_lengths) / steps if steps else None
 
 
 @dataclass

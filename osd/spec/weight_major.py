@@ -10,6 +10,12 @@ The products are the same up to float rounding.
 Only float32 on the CPU is changed, and only passes of at most `MAX_ROWS` rows (a prefill keeps
 `nn.Linear`'s GEMM): bf16 matmuls on a CPU without bf16 instructions are bound by the conversion, so
 their cost grows with the rows either way, and on a GPU the library's choice stands.
+
+Opt-in (`use_weight_major_linears`, applied by its owner to the target it serves; `SpeculativeDecoder` never
+retypes a model it is given): it speeds up the target alone too, so apply it to the target-only baseline as
+well when comparing (the engine's benchmarks and demos apply it to the one target both use). Not for a draft,
+whose steps are one token and whose weights a trainer may be updating (its products would round otherwise
+than in training).
 """
 
 from __future__ import annotations
@@ -36,8 +42,8 @@ class WeightMajorLinear(nn.Linear):
 
 
 def use_weight_major_linears(model: nn.Module) -> int:
-    """Make every plain `nn.Linear` of a float32 CPU `model` a `WeightMajorLinear` (in place; weights and
-    state dict unchanged); return how many changed. Any other model is left as it is (0)."""
+    """Make every plain `nn.Linear` of a float32 CPU `model` a `WeightMajorLinear` (in place, on the caller's
+    model; weights and state dict unchanged); return how many changed. Any other model is left as it is (0)."""
     first = next(model.parameters(), None)
     if first is None or first.dtype != torch.float32 or first.device.type != "cpu":
         return 0

@@ -417,7 +417,7 @@ def test_background_update_takes_the_same_steps_one_query_later(tmp_path, monkey
     name = "model.layers.0.mlp.up_proj.weight"
     assert not torch.allclose(served_sync[0][name], draft_sync.state_dict()[name], atol=1e-3)  # it did learn
     # The target's logits at a position round a little differently with the number of tokens verified with it
-    # (1e-6 of GEMM noise; the float32 CPU target is weight-major, osd.spec.weight_major), and the two runs'
+    # (1e-6 of GEMM noise), and the two runs'
     # drafts propose differently, so AdamW can step a near-zero gradient apart: up to 2.4e-4 seen, where an
     # update moves a weight by 0.01 (lr). 1e-3 still tells a draft from the one an update before or after it.
     same = {"rtol": 0.0, "atol": 1e-3}

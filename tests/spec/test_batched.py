@@ -28,8 +28,8 @@ def test_greedy_rows_equal_the_target_and_the_single_row_engine(pair, device):
         assert out.wrong_positions == alone.wrong_positions
         assert out.num_proposed == alone.num_proposed and out.alpha_sum == pytest.approx(alone.alpha_sum)
         # tiny T5 logits reach ~100: float noise scales with them. A batch and a single row run different
-        # GEMM kernels: on CUDA (an H200 gave T5 differences up to 2.4e-4 of the scale, tokens equal) and on
-        # the CPU, where a pass of at most 8 rows is weight-major (osd.spec.weight_major; 1.8e-4 seen)
+        # GEMM kernels, on CUDA (an H200 gave T5 differences up to 2.4e-4 of the scale, tokens equal) and on
+        # the CPU (1.8e-4 seen with a weight-major target, osd.spec.weight_major)
         scale = float(alone.target_logits.abs().max()) * 1e-3
         torch.testing.assert_close(out.target_logits, alone.target_logits, rtol=1e-4, atol=scale)
     # rows accepted different numbers of tokens at the same step, or per-row acceptance went untested
