@@ -21,20 +21,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__":  # the main job's process, before torch's first allocation (as osd.train)
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
 import torch
-from tqdm.auto import tqdm
-from transformers import PrinterCallback, TrainerCallback
+from transformers import PrinterCallback
 
 from osd.conversations import save_conversations
 from osd.datafiles import claim_output_dir
 from osd.demo import report
 from osd.demo.target import TARGET_NAME
-from osd.distill.callbacks import setup_wandb
+from osd.distill.callbacks import StreamProgress, setup_wandb
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset
 from osd.distill.experiment import build_trainer
@@ -48,6 +51,7 @@ from osd.spec import SpeculativeDecoder
 from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
 from osd.spec.timing import machine
+from osd.spec.weight_major import use_weight_major_linears
 from osd.streams import abrupt_stream
 from osd.user_errors import run_main
 
@@ -57,39 +61,6 @@ PRESET = OnlineArguments(
     online_background_update=True, draft_serving_dtype="bfloat16",
 )  # fmt: skip
 OUTPUTS = ("alpha.png", "summary.json", "metrics.jsonl", "stream.json", "draft", "drafts")
-
-
-class Progress(TrainerCallback):
-    """A progress bar over the stream showing the current domain and the windowed alpha; with `blocks`,
-    the draft saved as it stood once it had learned each domain block (`bench_engine --data_drafts`)."""
-
-    def __init__(self, stream: list[dict], blocks: Path | None, lag: int) -> None:
-        self.stream, self.blocks, self.bar = stream, blocks, None
-        ends = [
-            i
-            for i, r in enumerate(stream)
-            if i + 1 == len(stream) or stream[i + 1]["dataset"] != r["dataset"]
-        ]
-        # after step n the draft holds the updates on queries 0..n-1-lag (a background update lands a step later)
-        self.due = {min(i + 1 + lag, len(stream)): stream[i]["dataset"] for i in ends}
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.bar = tqdm(total=len(self.stream), desc="serving + distilling", unit="query")
-
-    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        self.bar.update(1)
-        domain = self.due.get(state.global_step)
-        if self.blocks is not None and domain is not None:
-            model.save_pretrained(self.blocks / domain)
-            processing_class.save_pretrained(self.blocks / domain)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and logs.get("alpha_window") is not None:
-            domain = self.stream[min(state.global_step, len(self.stream)) - 1]["dataset"]
-            self.bar.set_postfix(domain=domain, alpha=f"{logs['alpha_window']:.3f}")
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.bar.close()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -152,6 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = load_tokenizer(args.target, None)
     check_same_tokenizer(args.draft, args.target, tokenizer)
     teacher = load_model(args.target, args.dtype, None).eval()
+    use_weight_major_linears(
+        teacher
+    )  # a float32 CPU target: its faster layout, the target-only baseline's too
     draft = load_model(args.draft, "float32", None)
     standard = load_model(args.draft, online.draft_serving_dtype or "float32", None).eval()  # fmt: skip
     packed = sum(use_packed_linears(m) for m in (teacher, draft, standard)) if args.packed_linears else 0
@@ -170,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "data_path": str(out.resolve() / "stream.json"),
                 "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}"}  # fmt: skip
     trainer = build_trainer(training_args, draft, teacher, tokenizer, dataset, run_info=repo_relative(run_info),
-                            callbacks=[Progress(stream, blocks, lag=int(online.online_background_update))])  # fmt: skip
+                            callbacks=[StreamProgress(stream, blocks, lag=int(online.online_background_update))])  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # the progress bar shows alpha; no dict per query
     trainer.train()
     trainer.save_model(str(out / "draft"))

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from tqdm.auto import tqdm
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.integrations import WandbCallback
 
@@ -248,3 +249,37 @@ class OsdWandbCallback(WandbCallback):
             if key not in self._defined and "*" not in key:  # a '*' would make a glob
                 self._wandb.run.define_metric(key, step_metric=None if key == x_axis else x_axis)
                 self._defined.add(key)
+
+
+class StreamProgress(TrainerCallback):
+    """An online run's progress bar over its stream, showing the current dataset and the windowed alpha;
+    with `blocks`, the draft saved as it stood once it had learned each dataset block of the stream, to
+    {blocks}/<dataset> (`bench_engine --data_drafts`)."""
+
+    def __init__(self, stream: list[dict], blocks: Path | None, lag: int) -> None:
+        self.stream, self.blocks, self.bar = stream, blocks, None
+        ends = [
+            i
+            for i, r in enumerate(stream)
+            if i + 1 == len(stream) or stream[i + 1]["dataset"] != r["dataset"]
+        ]
+        # after step n the draft holds the updates on queries 0..n-1-lag (a background update lands a step later)
+        self.due = {min(i + 1 + lag, len(stream)): stream[i]["dataset"] for i in ends}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = tqdm(total=len(self.stream), desc="serving + distilling", unit="query")
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        self.bar.update(1)
+        domain = self.due.get(state.global_step)
+        if self.blocks is not None and domain is not None:
+            model.save_pretrained(self.blocks / domain)
+            processing_class.save_pretrained(self.blocks / domain)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and logs.get("alpha_window") is not None:
+            domain = self.stream[min(state.global_step, len(self.stream)) - 1]["dataset"]
+            self.bar.set_postfix(domain=domain, alpha=f"{logs['alpha_window']:.3f}")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.bar.close()
