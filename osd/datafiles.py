@@ -76,14 +76,19 @@ OWNER_FILE = ".osd_owner"  # in an output folder: the tool that writes it
 
 
 def claim_output_dir(
-    path: str | Path, tool: str, outputs: Sequence[str], inputs: Mapping[str, str | Path | None]
+    path: str | Path,
+    tool: str,
+    outputs: Sequence[str],
+    inputs: Mapping[str, str | Path | None],
+    ignore: Sequence[str] = (),
 ) -> Path:
     """The folder `tool` writes `outputs` (names in it) into, created if missing. Refused when it would
-    destroy an input (`refuse_overwrite`) or when it holds files and `tool` did not claim it earlier;
-    from an earlier run of `tool` only its `outputs` are removed, anything else there stays."""
+    destroy an input (`refuse_overwrite`) or when it holds files (but `ignore`d ones, e.g. the run's lock)
+    and `tool` did not claim it earlier; from an earlier run of `tool` only its `outputs` are removed,
+    anything else there stays."""
     refuse_overwrite({"--output_dir": path}, inputs)
     out, owner = Path(path), Path(path) / OWNER_FILE
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(p.name not in ignore for p in out.iterdir()):
         if not owner.is_file() or owner.read_text().strip() != tool:
             raise DataFileError(
                 f"--output_dir {path} holds files {tool} did not write; choose an empty or new folder"

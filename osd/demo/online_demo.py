@@ -34,13 +34,14 @@ import torch
 from transformers import PrinterCallback
 
 from osd.conversations import save_conversations
-from osd.datafiles import claim_output_dir
+from osd.datafiles import claim_output_dir, refuse_overwrite
 from osd.demo import report
 from osd.demo.target import TARGET_NAME
 from osd.distill.callbacks import StreamProgress, setup_wandb
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset
 from osd.distill.experiment import build_trainer
+from osd.distill.run_dir import LOCK_FILE, lock_run_dir
 from osd.distill.subvocab import has_tied_draft_vocab
 from osd.model_checks import check_same_tokenizer
 from osd.models import SERVING_DTYPES, load_model, load_tokenizer
@@ -108,12 +109,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args, start = parse_args(argv), time.perf_counter()
+    """The main job in --output_dir, which it holds locked while it runs (a second run there is refused)."""
+    args = parse_args(argv)
+    inputs = {"--target": args.target, "--draft": args.draft, "workload": WORKLOAD_DIR}
+    refuse_overwrite({"--output_dir": args.output_dir}, inputs)
+    with lock_run_dir(args.output_dir):
+        out = claim_output_dir(args.output_dir, "osd.demo.online_demo", OUTPUTS, inputs, ignore=(LOCK_FILE,))
+        return run(args, out, sys.argv[1:] if argv is None else argv)
+
+
+def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
+    start = time.perf_counter()
     online = online_arguments(args, online_alpha_window=args.tail)
     setup_wandb(args.report_to)
     torch.set_num_threads(args.threads)
-    out = claim_output_dir(args.output_dir, "osd.demo.online_demo", OUTPUTS,
-                           inputs={"--target": args.target, "--draft": args.draft, "workload": WORKLOAD_DIR})  # fmt: skip
     sources = {d: json.loads((Path(WORKLOAD_DIR) / f"{d}_train.json").read_text()) for d in args.domains}
     stream = abrupt_stream(sources, [args.per_domain] * len(sources))
     if args.stream == "mix":  # the same queries, shuffled: a draft distilled on every domain at once
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     shares = {"update_time_share": run.update_time_s / run.serve_time_s,
               "background_update_share": run.background_update_time_s / run.serve_time_s}  # fmt: skip
-    command = "python -m osd.demo.online_demo " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m osd.demo.online_demo " + " ".join(argv)
     summary = {"command": command.strip(), "machine": machine(), "costs": costs, "wall_s": time.perf_counter() - start,
                "args": vars(args), "domains": rows, "plot": str(png), "updates": run.updates,
                "packed_linears": packed, **shares}  # fmt: skip

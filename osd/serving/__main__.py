@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser
 
-from osd.datafiles import claim_output_dir
+from osd.datafiles import claim_output_dir, refuse_overwrite
+from osd.distill.run_dir import LOCK_FILE, lock_run_dir
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller
 
@@ -35,10 +36,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                               formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     (args,) = parser.parse_args_into_dataclasses(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # the run's own outputs only: an input is never an output, and a folder another tool wrote is refused
-    claim_output_dir(args.output_dir, "osd.serving", OUTPUTS,
-                     {"--student_model_path": args.student_model_path, "--teacher_model_path": args.teacher_model_path,
-                      "--data_path": args.data_path})  # fmt: skip
+    # the run's own outputs only: an input is never an output, a folder another tool wrote is refused, and so
+    # is one another run is writing (its lock)
+    inputs = {"--student_model_path": args.student_model_path, "--teacher_model_path": args.teacher_model_path,
+              "--data_path": args.data_path}  # fmt: skip
+    refuse_overwrite({"--output_dir": args.output_dir}, inputs)
+    with lock_run_dir(args.output_dir):
+        claim_output_dir(args.output_dir, "osd.serving", OUTPUTS, inputs, ignore=(LOCK_FILE,))
+        return serve(args)
+
+
+def serve(args: ServingArguments) -> dict[str, float]:
+    """Serve the stream with vLLM, distilling the draft online; the last log entry."""
     try:  # vLLM is imported to serve, not for --help
         from osd.serving.engine import build_engine, shutdown_engine
         from osd.serving.online import jsonl_writer, load_queries, serve_stream

@@ -166,3 +166,22 @@ def test_packed_linears_refuse_a_float32_target(capsys):
     with pytest.raises(SystemExit):
         main(["--packed_linears", "--dtype", "float32", "--output_dir", "unused"])
     assert "--packed_linears packs bf16 weights: it needs --dtype bfloat16" in capsys.readouterr().err
+
+
+def test_the_main_job_deletes_nothing_it_did_not_write_and_refuses_a_folder_in_use(tmp_path):
+    """Refused before any model loads: a folder with someone's files, and a folder another run holds."""
+    from osd.datafiles import DataFileError
+    from osd.distill.run_dir import RunDirError, lock_run_dir
+
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (mine / "sub").mkdir()
+    with pytest.raises(DataFileError, match="holds files osd.demo.online_demo did not write"):
+        main(["--output_dir", str(mine)])
+    assert (mine / "notes.txt").read_text() == "mine" and (mine / "sub").is_dir()
+    with lock_run_dir(tmp_path / "busy"), pytest.raises(RunDirError, match="in use by a running run"):
+        main(["--output_dir", str(tmp_path / "busy")])
+    with pytest.raises(DataFileError, match="inside the input folder"):
+        main(["--draft", str(TINY_DRAFT_PATH), "--output_dir", str(TINY_DRAFT_PATH / "out")])
+    assert not (TINY_DRAFT_PATH / "out").exists()
