@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import online_single
-from benchmarks.ablations import write_part
+from osd.results import write_part
 
 
 def main(argv: list[str] | None = None) -> dict:
