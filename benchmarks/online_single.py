@@ -1,7 +1,11 @@
-"""Fig. 2 analogue: online distillation on a single-domain stream vs Standard SD vs offline-distilled drafts.
+r"""Fig. 2 analogue: online distillation on a single-domain stream vs Standard SD vs offline-distilled drafts.
 
     python -m benchmarks.online_single                                   # defaults below
     python -m benchmarks.online_single --domain sql --queries 400 --online_update_interval 8
+    # the online vs offline vs Standard ablation's drafts, recorded as its methods_training part
+    python -m benchmarks.online_single --results benchmarks/results/ablations/v1 --domain finance --queries 40 \
+        --online_update_interval 1 --learning_rate 3e-4 --offline_steps 16 --sample_fraction 0 \
+        --out outputs/ablations/methods
 
 The stream is the first --queries training queries of --domain. Every run serves it with the
 demo target: the demo draft distilled online (update every --online_update_interval queries), the demo
@@ -15,7 +19,9 @@ The online recipe is `osd.distill.demo_runs.BENCHMARK_PRESET` with an update eve
 by the online flags (`osd.online.config.add_online_flags`: --steps_per_update, --loss_positions, ...).
 Writes {out}/alpha.png, results.json and table.md: alpha per quarter of the stream, the first
 query from which the online windowed alpha stays at 95% of the offline draft's alpha, and the
-cost of the updates (share of serving time, buffer memory).
+cost of the updates (share of serving time, buffer memory). With --results, the same record also
+goes to `{results}/parts/methods_training.json` for the ablation report (`benchmarks.ablations report`;
+training only: it may share the machine with one other 1-thread job).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from osd.drivers import make_parser, parse
 from osd.online.config import add_online_flags, online_arguments
 from osd.paths import DOMAINS
 from osd.plots import alpha_series, plot_alpha
-from osd.results import markdown_table, save_results
+from osd.results import markdown_table, save_results, write_part
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, add_gamma_flag
 from osd.streams import load_sources
 
@@ -68,6 +74,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--sample_fraction", type=float, default=0.1, help="0: no 'first 10%%' baseline")
     parser.add_argument("--out", default="outputs/online_single")
+    parser.add_argument(
+        "--results",
+        help="also record this run as the ablations' methods_training part: {results}/parts/methods_training.json",
+    )
     args = parse(parser, argv)
     recipe = online_arguments(args)
     out = Path(args.out)
@@ -118,6 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
         f" of {n}"
     )
     save_results(out, results, table, "benchmarks.online_single", argv)
+    if args.results:
+        write_part(Path(args.results), "methods_training", "benchmarks.online_single", argv, results)
     return results
 
 

@@ -1,5 +1,6 @@
-"""The online figure drivers (benchmarks/online_shift.py) on the tiny pair: static drafts on stream
-prefixes (Fig. 3/4), alpha per topic over a mixed stream (Fig. 5)."""
+"""The online figure drivers (benchmarks/online_shift.py, online_single.py) on the tiny pair: static drafts
+on stream prefixes (Fig. 3/4), alpha per topic over a mixed stream (Fig. 5), the Fig. 2 driver's recipe
+flags and its ablation record."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks import online_shift
+from benchmarks import online_shift, online_single
 from osd import streams
 from osd.conversations import load_conversations
 from osd.distill import demo_runs
@@ -103,6 +104,23 @@ def test_label_queries_refuses_entries_that_are_not_one_per_query():
     stream = [{"conversation": [], "topic": "a"}, {"conversation": [], "topic": "b"}]
     with pytest.raises(ValueError, match="one log entry per query for 2 queries"):
         demo_runs.label_queries([{"alpha": 0.5, "proposed": 4}], stream)
+
+
+def test_online_single_takes_the_short_recipe_flags_and_records_the_methods_ablation_part(tmp_path):
+    """The recipe's old flag names (aliases of the online flags) reach the run, and --results writes the
+    ablations' methods_training part (what benchmarks/ablation_methods.py did by calling this driver's main)."""
+    argv = ["--domain", "sql", "--queries", "4", "--update_interval", "2", "--steps_per_update", "2",
+            "--loss_positions", "all", "--offline_steps", "1", "--sample_fraction", "0", "--window", "2",
+            "--out", str(tmp_path / "single"), "--results", str(tmp_path / "ablations")]  # fmt: skip
+    results = online_single.main(argv)
+    assert (
+        results["args"]["online_steps_per_update"] == 2 and results["args"]["online_loss_positions"] == "all"
+    )
+    assert results["cost"]["updates"] == 2  # one update per 2 of the 4 queries
+    assert [r["run"] for r in results["quarters"]] == ["online", "Standard", "offline-distilled"]
+    part = json.loads((tmp_path / "ablations" / "parts" / "methods_training.json").read_text())
+    assert part["command"] == "python -m benchmarks.online_single " + " ".join(argv)
+    assert part["quarters"] == json.loads(json.dumps(results["quarters"]))  # NaN-free here, so equal
 
 
 def test_runs_refuse_an_eval_interval_that_is_not_one_log_entry_per_query(tmp_path):
