@@ -5,9 +5,10 @@ top-K on the general corpus, with a sub-vocabulary head) with its own depth and 
 short budget (--steps x --batch_size examples, same seed and data order). (`benchmarks/results/ablations/v1` was
 recorded with the recipe before that one, pre-training on the workload's plain documents and the
 Python manual's prose: `git show 1cda991:osd/demo/build_draft.py`.) Then each is distilled online (`osd.train --mode online` through
-`benchmarks.online_common.run_online`) on the same stream: the first --queries training queries
-of --domain, an update every --online_update_interval queries, same learning rate. Training only (no
-timing): it may share the machine with one other 1-thread job.
+`osd.distill.demo_runs.run_online`) on the same stream: the first --queries training queries
+of --domain, an update every --online_update_interval queries (the online recipe's flags:
+`osd.online.config.add_online_flags`), same learning rate. Training only (no timing): it may share
+the machine with one other 1-thread job.
 
     python -m benchmarks.ablation_drafts --sizes 1x128 2x256 4x512 --steps 200 --batch_size 8 \
         --domain finance --queries 32 --work outputs/ablations/drafts \
@@ -25,10 +26,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.online_common import alpha_over, load_sources, run_online
 from osd.demo.build_draft import DraftBuildConfig, build
-from osd.distill.flags import add_update_interval_flag
+from osd.distill.demo_runs import BENCHMARK_PRESET, alpha_over, run_online
+from osd.online.config import add_online_flags, online_arguments
+from osd.results import write_part
 from osd.spec.gamma import STANDARD_TIMING, add_gamma_flag
+from osd.streams import load_sources
 
 
 def parse_size(size: str) -> tuple[int, int]:
@@ -64,7 +67,7 @@ def train_drafts(args: argparse.Namespace) -> dict:
         row = build_size(size, work / "standard", args.steps, args.batch_size, args.lr)
         start = time.time()
         entries = run_online(
-            work / "online", stream, student=work / "standard", update_interval=args.update_interval,
+            work / "online", stream, online_arguments(args), student=work / "standard",
             learning_rate=args.online_lr, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
         )  # fmt: skip
         half = len(stream) // 2
@@ -87,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=2e-3, help="peak pre-training learning rate")
     ap.add_argument("--domain", default="finance", help="the online stream's workload domain")
     ap.add_argument("--queries", type=int, default=32, help="online stream length (training queries)")
-    add_update_interval_flag(ap, 1)
+    add_online_flags(ap, BENCHMARK_PRESET)
     ap.add_argument("--online_lr", type=float, default=1e-3)
     add_gamma_flag(ap, STANDARD_TIMING, "while serving the stream")
     ap.add_argument("--max_new_tokens", type=int, default=64)
@@ -100,8 +103,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from benchmarks.ablations import write_part
-
     args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     record = train_drafts(args)

@@ -2,7 +2,7 @@
 
 Every timed run decodes a fixed number of tokens per prompt (--max_new_tokens, EOS ignored, so
 every configuration does the same work), greedy, one torch thread. Target-only decoding is HF
-`generate` (`benchmarks.bench_engine.timed_generate`), speculative decoding is `osd.spec` (its own
+`generate` (`osd.spec.hf_generate.timed_generate`), speculative decoding is `osd.spec` (its own
 wall clock). The machine may be shared with one other 1-thread job, so the
 configurations a run compares are interleaved: for each prompt, target-only decoding and every
 speculative configuration run one after the other, in an order rotated by one per prompt, so that
@@ -13,7 +13,7 @@ verify cost are `osd.cost_model`'s, at the live run's alpha. The costs are media
 per-round ratios (`costs`).
 
 Subcommands (each writes `{out}/parts/NAME.json` with its command; `report` merges them into
-`{out}/results.json`, `table.md` and one png per ablation, see `benchmarks.ablation_report`):
+`{out}/results.json`, `table.md` and one png per ablation, see `osd.analysis.ablation_report`):
 
     # gamma: alpha replayed by osd.analysis.simulate from one recording of the target, and live
     python -m benchmarks.ablations gamma --gammas 1 2 3 4 5 --part gamma_1-5
@@ -29,14 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from benchmarks.bench_engine import timed_generate
 from osd.analysis.record import record_prompts, recording_header
 from osd.analysis.recording import Recording, load_recording, tokenizer_identity
 from osd.analysis.simulate import simulate, simulated_alpha
@@ -46,26 +44,18 @@ from osd.distill.data import truncate_prompt
 from osd.distill.lm_training import num_params
 from osd.model_checks import check_same_tokenizer
 from osd.models import load_demo_pair
-from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, repo_relative, workload_path
+from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, workload_path
 from osd.prompting import encode_prompt
+from osd.results import write_part
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, STANDARD_TIMING, add_gamma_flag, gamma_arg
+from osd.spec.hf_generate import timed_generate
 from osd.spec.timing import draft_step_time, step_time
 from osd.spec.weight_major import use_weight_major_linears
 
 Prompt = tuple[str, list[int]]  # (id, prompt token ids)
 TARGET_ONLY = "target only"
-
-
-def write_part(out: Path, name: str, module: str, argv: Sequence[str] | None, record: dict) -> Path:
-    """`{out}/parts/{name}.json`: one run's record, with the command that wrote it."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    path = out / "parts" / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["python -m", module, *args])
-    path.write_text(json.dumps(repo_relative({"command": command, **record}), indent=1) + "\n")
-    return path
 
 
 def workload_prompts(
@@ -321,7 +311,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parser().parse_args(argv)
     if args.ablation == "report":
-        from benchmarks.ablation_report import report
+        from osd.analysis.ablation_report import report  # matplotlib: only for the report
 
         return report(Path(args.out))
     record = RUNS[args.ablation](session := Session(args))

@@ -26,7 +26,6 @@ from typing import TypeVar
 
 import torch
 
-from benchmarks.online_common import markdown_table, save_results
 from osd.alpha import pooled_alpha
 from osd.conversations import load_conversations, user_query
 from osd.cost_model import speedup_measured_verify
@@ -34,6 +33,7 @@ from osd.distill.data import pad
 from osd.models import load_demo_pair
 from osd.paths import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
 from osd.prompting import encode_prompt
+from osd.results import markdown_table, save_results
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import draft_step_time, step_time, synchronize
@@ -155,6 +155,7 @@ def main() -> None:
         out,
         {"args": vars(args), "rows": rows, "stops paying from batch size": paying},
         markdown_table(rows, header),
+        "benchmarks.bench_batch",
     )
     plot(rows, out / "speedup.png")
 

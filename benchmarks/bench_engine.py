@@ -23,7 +23,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -40,8 +39,9 @@ from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
+from osd.spec.hf_generate import timed_generate
 from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
-from osd.spec.timing import draft_step_time, machine, step_time, synchronize
+from osd.spec.timing import draft_step_time, machine, step_time
 from osd.spec.weight_major import use_weight_major_linears
 
 
@@ -84,31 +84,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     check_packed_dtype(ap, args)
     return args
-
-
-@torch.inference_mode()
-def timed_generate(model, prompts, max_new_tokens, eos, pad, assistants=None) -> tuple[int, float]:
-    """(generated tokens, seconds) of HF greedy generate over the prompts (assisted by assistants[i], if given)."""
-    tokens, seconds = 0, 0.0
-    for i, ids in enumerate(prompts):
-        kwargs = {} if assistants is None else {"assistant_model": assistants[i]}
-        synchronize(model.device)
-        t = time.perf_counter()
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=pad,
-            # without an EOS, force the full length (generation_config's own EOS would still stop it)
-            min_new_tokens=max_new_tokens if eos is None else 0,
-            **kwargs,
-        )
-        synchronize(model.device)
-        seconds += time.perf_counter() - t
-        tokens += out.shape[1] - ids.shape[1]
-    return tokens, seconds
 
 
 def data_draft(args: argparse.Namespace, data_path: str) -> str:

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_engine import timed_generate
-from benchmarks.online_common import markdown_table, save_results
 from osd.alpha import pooled_alpha
 from osd.conversations import load_conversations, user_query
 from osd.models import load_demo_pair
 from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, workload_path
 from osd.prompting import encode_prompt
+from osd.results import markdown_table, save_results
 from osd.spec import SpeculativeDecoder
 from osd.spec.adaptive import GammaPolicy
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.hf_generate import timed_generate
 from osd.spec.weight_major import use_weight_major_linears
 
 # one prompt -> (generated tokens, seconds, alpha sum, proposals, verification steps)
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {"args": vars(args), "rows": rows, "summary": summary}
-    save_results(out, results, table)
+    save_results(out, results, table, "benchmarks.bench_gamma", argv)
     plot(rows, args.domains, out / "speedup.png")
     return results
 

@@ -32,25 +32,27 @@ import json
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from benchmarks.online_common import load_sources, markdown_table, save_results
 from osd.conversations import save_conversations
+from osd.demo.online_demo import PRESET
 from osd.demo.report import last_of_domain, online_on, tokens_per_s, total_row
-from osd.distill.flags import add_update_interval_flag
 from osd.metric_keys import ALPHA, VLLM_ACCEPTANCE_RATE, group_key
 from osd.models import load_model, load_tokenizer
+from osd.online.config import add_online_flags, online_arguments
 from osd.online.records import tail_length
 from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH
+from osd.results import markdown_table, save_results
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
 from osd.serving.engine import build_engine, shutdown_engine, swap_draft
 from osd.serving.online import load_queries, serve_stream
 from osd.serving.subvocab import served_draft_folder
 from osd.spec.gamma import DEMO, add_gamma_flag
-from osd.streams import abrupt_stream
+from osd.streams import abrupt_stream, load_sources
 
 COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
            *DOMAINS, "tail_tokens_per_s", *(f"tail_{d}" for d in DOMAINS), "updates", "swap_time_s",
@@ -87,8 +89,9 @@ def compare_to_demo(rows: list[dict], summary_path: str, opts: argparse.Namespac
     alpha on the tails (vLLM's OSD run minus the demo's online run) and the speedups over the target alone."""
     demo = json.loads(Path(summary_path).read_text())
     mine = {"per_domain": opts.per_domain, "gamma": opts.gamma, "max_new_tokens": opts.max_new_tokens,
-            "tail": opts.tail, "update_interval": opts.update_interval, "steps_per_update": opts.steps_per_update,
-            "learning_rate": opts.learning_rate, "loss_positions": opts.loss_positions}  # fmt: skip
+            "tail": opts.tail, "update_interval": opts.online_update_interval,
+            "steps_per_update": opts.online_steps_per_update, "learning_rate": opts.learning_rate,
+            "loss_positions": opts.online_loss_positions}  # the demo summary's names  # fmt: skip
     differ = {k: (v, demo["args"].get(k)) for k, v in mine.items() if demo["args"].get(k) != v}
     if differ or demo["args"]["domains"] != list(DOMAINS):
         raise SystemExit(f"--reference {summary_path}: recorded with other settings (ours, its): {differ}")
@@ -136,13 +139,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     add_gamma_flag(ap, DEMO, auto="vLLM speculates a fixed number of tokens")
     ap.add_argument("--max_new_tokens", type=int, default=48)
-    add_update_interval_flag(ap, 1)
     ap.add_argument("--learning_rate", type=float, default=1e-4)
-    ap.add_argument("--steps_per_update", type=int, default=4, help="AdamW steps per update")
-    ap.add_argument("--loss_positions", choices=["wrong", "all"], default="all",
-                    help="the served tokens the loss reads (osd.serving's --online_loss_positions)")  # fmt: skip
-    ap.add_argument("--background_update", action=argparse.BooleanOptionalAction, default=True,
-                    help="the trainer in a worker thread (osd.serving's --online_background_update)")  # fmt: skip
+    # the main job's recipe (4 steps on every served token, in a worker thread); vLLM serves the draft itself
+    add_online_flags(ap, replace(PRESET, draft_serving_dtype=None))
     ap.add_argument("--tail", type=int, default=0, help="queries at the end of each domain's block "
                     "compared per domain (default: the demo's, the last third)")  # fmt: skip
     ap.add_argument("--reference", help="an osd.demo.online_demo summary.json recorded on this stream")
@@ -156,19 +155,17 @@ def main() -> None:
     save_conversations(stream, out / "stream.json")
     tails = {d: last_of_domain(stream, d, opts.tail) for d in DOMAINS}
     with tempfile.TemporaryDirectory(prefix="bench_vllm_") as scratch:
+        online = online_arguments(opts, online_eval_interval=len(stream))
         args = ServingArguments(
             data_path=str(out / "stream.json"), output_dir=scratch, max_propose_num=opts.gamma,
-            max_new_tokens=opts.max_new_tokens, online_update_interval=opts.update_interval,
-            online_eval_interval=len(stream), learning_rate=opts.learning_rate,
-            online_steps_per_update=opts.steps_per_update, online_loss_positions=opts.loss_positions,
-            online_background_update=opts.background_update,
+            max_new_tokens=opts.max_new_tokens, learning_rate=opts.learning_rate, **vars(online),
         )  # fmt: skip
         rows = run_all(args, opts, tails, Path(scratch))
     result = {"options": vars(opts), "rows": rows}
     if opts.reference:
         result["osd_spec"] = compare_to_demo(rows, opts.reference, opts)
         print(json.dumps(result["osd_spec"], indent=1))
-    save_results(out, result, markdown_table(rows, COLUMNS))
+    save_results(out, result, markdown_table(rows, COLUMNS), "benchmarks.bench_vllm")
     plot_throughput(rows, out / "throughput.png")
 
 

@@ -21,19 +21,17 @@ token ids and target logits (float16, on the CPU). Also prints the buffer estima
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.online_common import (
-    load_sources,
-    make_parser,
-    markdown_table,
-    parse,
-    run_online,
-    save_results,
-)
+from osd.distill.demo_runs import BENCHMARK_PRESET, run_online
+from osd.drivers import make_parser, parse
 from osd.metric_keys import QUERIES_SERVED
+from osd.online.config import LOSS_POSITIONS
 from osd.paths import DOMAINS
+from osd.results import markdown_table, save_results
 from osd.spec.gamma import STANDARD_TIMING
+from osd.streams import load_sources
 
 MODES = {"synchronous": False, "background": True}  # --online_background_update
 
@@ -43,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--domain", default=DOMAINS[0])
     parser.add_argument("--queries", type=int, default=24)
     parser.add_argument("--intervals", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--loss_positions", nargs="+", default=["wrong", "all"], choices=["wrong", "all"])
+    parser.add_argument("--loss_positions", nargs="+", default=list(LOSS_POSITIONS), choices=LOSS_POSITIONS)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument(
         "--steps_per_update", type=int, nargs="+", default=[1], help="--online_steps_per_update values"
@@ -64,16 +62,20 @@ def main(argv: list[str] | None = None) -> dict:
     for interval, positions, steps, mode in itertools.product(
         args.intervals, args.loss_positions, args.steps_per_update, args.modes
     ):
+        online = replace(
+            BENCHMARK_PRESET,
+            online_update_interval=interval,
+            online_loss_positions=positions,
+            online_steps_per_update=steps,
+            online_background_update=MODES[mode],
+        )
         entries = run_online(
             out / f"interval{interval}_{positions}_steps{steps}_{mode}",
             stream,
-            update_interval=interval,
+            online,
             learning_rate=args.learning_rate,
             max_new_tokens=args.max_new_tokens,
             gamma=args.max_propose_num,
-            loss_positions=positions,
-            steps_per_update=steps,
-            background_update=MODES[mode],
         )
         last = entries[-1]
         rows.append(
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> dict:
         out,
         {"args": vars(args), "rows": rows, "note": note},
         markdown_table(rows, list(rows[0])) + f"\n\n{note}",
+        "benchmarks.online_cost",
+        argv,
     )
     return {"rows": rows}
 

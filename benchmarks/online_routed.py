@@ -14,20 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.online_common import (
-    STATIC,
-    alpha_over,
-    load_sources,
-    make_parser,
-    markdown_table,
-    parse,
-    run_online,
-    save_results,
-)
-from osd.distill.flags import add_update_interval_flag
+from osd.distill.demo_runs import BENCHMARK_PRESET, alpha_over, run_online, static
+from osd.drivers import make_parser, parse
+from osd.online.config import add_online_flags, online_arguments
 from osd.paths import DOMAINS
 from osd.plots import alpha_series, plot_alpha
-from osd.streams import mix_stream
+from osd.results import markdown_table, save_results
+from osd.streams import load_sources, mix_stream
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -35,19 +28,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS))
     parser.add_argument("--queries", type=int, default=320)
     parser.add_argument("--route_by", default="dataset")
-    add_update_interval_flag(parser, 1)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
+    add_online_flags(parser, BENCHMARK_PRESET)
     parser.add_argument("--window", type=int, default=40, help="moving average (queries)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/online_routed")
     args = parse(parser, argv)
     out = Path(args.out)
     stream = mix_stream(load_sources(args.domains), args.queries, seed=args.seed)
-    online = {"update_interval": args.update_interval, "learning_rate": args.learning_rate}
+    recipe, lr = online_arguments(args), args.learning_rate
     runs = {
-        "shared draft": run_online(out / "shared", stream, **online),
-        "routed drafts": run_online(out / "routed", stream, route_by=args.route_by, **online),
-        "Standard": run_online(out / "standard", stream, update_interval=STATIC),
+        "shared draft": run_online(out / "shared", stream, recipe, learning_rate=lr),
+        "routed drafts": run_online(out / "routed", stream, recipe, learning_rate=lr, route_by=args.route_by),
+        "Standard": run_online(out / "standard", stream, static(recipe)),
     }
     half, n = len(stream) // 2, len(stream)
     rows = []
@@ -62,9 +55,8 @@ def main(argv: list[str] | None = None) -> dict:
         title=f"mixed stream of {len(args.domains)} domains: routed ({args.route_by}) vs shared draft",
     )
     results = {"args": vars(args), "second_half": rows}
-    save_results(
-        out, results, f"alpha over queries {half + 1}-{n}:\n\n" + markdown_table(rows, list(rows[0]))
-    )
+    table = f"alpha over queries {half + 1}-{n}:\n\n" + markdown_table(rows, list(rows[0]))
+    save_results(out, results, table, "benchmarks.online_routed", argv)
     return results
 
 

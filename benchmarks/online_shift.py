@@ -26,26 +26,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.online_common import (
-    STATIC,
-    add_recipe_args,
+from osd.distill.demo_runs import (
+    BENCHMARK_PRESET,
     alpha_over,
-    load_sources,
-    make_parser,
-    markdown_table,
     of_group,
-    parse,
     prefix_samples,
-    recipe,
     run_online,
-    save_results,
+    static,
     static_runs,
-    topic_sources,
 )
-from osd.distill.flags import add_update_interval_flag
+from osd.drivers import make_parser, parse
+from osd.online.config import add_online_flags, online_arguments
 from osd.paths import DOMAINS
 from osd.plots import alpha_series, dataset_bands, plot_alpha
-from osd.streams import abrupt_stream, drift_stream, mix_stream
+from osd.results import markdown_table, save_results
+from osd.streams import abrupt_stream, drift_stream, load_sources, mix_stream, topic_sources
 
 
 def build_stream(
@@ -68,7 +63,8 @@ def group_rows(runs: dict[str, list[dict]], groups: list[str], n: int) -> list[d
         for a, b in [*halves, (0, n)]:
             for name in ("Standard", "online"):
                 row[f"{name} {a + 1}-{b}"] = alpha_over(runs[name], a, b, group)
-        row["online - Standard"] = row[f"online 1-{n}"] - row[f"Standard 1-{n}"]
+        online, standard = row[f"online 1-{n}"], row[f"Standard 1-{n}"]
+        row["online - Standard"] = None if online is None or standard is None else online - standard
         rows.append(row)
     return rows
 
@@ -92,9 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--topics", nargs="+", help="sources: these topics' records instead of the domains")
     parser.add_argument("--per_domain", type=int, default=80, help="abrupt: queries per segment")
     parser.add_argument("--queries", type=int, default=320, help="drift/mix: stream length")
-    add_update_interval_flag(parser, 1)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
-    add_recipe_args(parser)
+    add_online_flags(parser, BENCHMARK_PRESET)
     parser.add_argument("--window", type=int, default=20, help="queries per table cell and moving average")
     parser.add_argument(
         "--static_fractions", nargs="*", type=float, default=[], help="static drafts on the stream's first f"
@@ -103,22 +98,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/online_shift")
     args = parse(parser, argv)
+    recipe = online_arguments(args)
     out = Path(args.out)
     sources = topic_sources(args.domains, args.topics) if args.topics else load_sources(args.domains)
     field = "topic" if args.topics else "dataset"
     stream = build_stream(args.kind, sources, args.per_domain, args.queries, args.seed)
     samples = prefix_samples(stream, args.static_fractions)
     runs = {
-        "online": run_online(
-            out / "online",
-            stream,
-            update_interval=args.update_interval,
-            learning_rate=args.learning_rate,
-            **recipe(args),
-        ),
-        "Standard": run_online(out / "standard", stream, update_interval=STATIC),
+        "online": run_online(out / "online", stream, recipe, learning_rate=args.learning_rate),
+        "Standard": run_online(out / "standard", stream, static(recipe)),
     }
-    static = static_runs(out, stream, samples, args.offline_steps, args.learning_rate)
+    static_drafts = static_runs(out, stream, samples, args.offline_steps, args.learning_rate, recipe)
     online, n = runs["online"], len(stream)
     bands = dataset_bands([r[field] for r in stream])
     if args.kind == "abrupt":
@@ -133,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.kind == "abrupt":
             row[f"online first {args.window}"] = alpha_over(online, a, min(b, a + args.window))
             row[f"online last {args.window}"] = alpha_over(online, max(a, b - args.window), b)
-        row |= {name: alpha_over(e, a, b) for name, e in static.items()}
+        row |= {name: alpha_over(e, a, b) for name, e in static_drafts.items()}
         rows.append(row)
     results = {
         "args": vars(args),
@@ -141,15 +131,17 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": rows,
         "final_update_time_share": online[-1]["update_time_share"],
     }
-    title = f"{args.kind} stream, {len(sources)} {field}s: online (update every {args.update_interval})"
+    title = (
+        f"{args.kind} stream, {len(sources)} {field}s: online (update every {recipe.online_update_interval})"
+    )
     plot_alpha(
         {name: alpha_series(e) for name, e in runs.items()},
         out / "alpha.png",
         window=args.window,
         bands=bands if args.kind == "abrupt" else (),
-        title=f"{title} vs Standard" + (" vs static drafts" if static else ""),
+        title=f"{title} vs Standard" + (" vs static drafts" if static_drafts else ""),
         segment_references={
-            name: [(a, b, alpha_over(e, a, b)) for a, b, _ in parts] for name, e in static.items()
+            name: [(a, b, alpha_over(e, a, b)) for a, b, _ in parts] for name, e in static_drafts.items()
         },
     )
     table = markdown_table(rows, list(rows[0]))
@@ -163,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.window,
             f"{args.kind} stream: alpha per {field}",
         )
-    save_results(out, results, table)
+    save_results(out, results, table, "benchmarks.online_shift", argv)
     return results
 
 

@@ -21,16 +21,18 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.online_common import load_sources, make_parser, markdown_table, parse, save_results
 from osd.conversations import user_query
 from osd.distill.losses import get_divergence
-from osd.online.buffer import BufferedQuery, buffer_query, distillation_loss
+from osd.drivers import make_parser, parse
 from osd.models import load_model, load_tokenizer
+from osd.online.buffer import BufferedQuery, buffer_query, distillation_loss
 from osd.paths import DRAFT_PATH, TARGET_PATH
 from osd.prompting import encode_prompt
+from osd.results import markdown_table, save_results
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
 from osd.spec.gamma import DEMO, add_gamma_flag
+from osd.streams import load_sources
 
 TRAINERS = {  # name: (a thread or a process, fused AdamW)
     "thread": ("thread", False),
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = {"args": vars(args), "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    save_results(out, results, markdown_table(rows, list(rows[0])))
+    save_results(out, results, markdown_table(rows, list(rows[0])), "benchmarks.trainer_contention", argv)
     return results
 
 

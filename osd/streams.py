@@ -9,7 +9,8 @@ a stream needs more records than a source has, it wraps around to the source's f
 All builders are deterministic given their arguments (and seed): a list and a `datasets.Dataset`
 of the same records give the same stream. The draws stay Python's `random.Random`, not
 `datasets.interleave_datasets` (numpy's generator, fixed proportions only): recorded streams and
-results depend on these exact orders.
+results depend on these exact orders. The experiment drivers' sources are the local workload's
+domains (`load_sources`) or topics (`topic_sources`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from collections.abc import Sequence
 
 import datasets
 
-from osd.conversations import GROUP_FIELDS
+from osd.conversations import GROUP_FIELDS, load_conversations
+from osd.paths import workload_path
 
 KEPT_FIELDS = ("id", "conversation", *GROUP_FIELDS)
 Records = Sequence[dict] | datasets.Dataset  # one source's records, in order
@@ -101,3 +103,19 @@ def mix_stream(
     """`n` records drawn i.i.d. from the sources with fixed `weights` (uniform by default)."""
     weights = [1.0] * len(sources) if weights is None else weights
     return drift_stream(sources, n, weights, weights, seed)
+
+
+def load_sources(domains: Sequence[str], split: str = "train") -> dict[str, list[dict]]:
+    """The local workload's records (`data/local/{domain}_{split}.json`) of each domain, by domain."""
+    return {d: load_conversations(workload_path(d, split)) for d in domains}
+
+
+def topic_sources(domains: Sequence[str], topics: Sequence[str]) -> dict[str, list[dict]]:
+    """The records of each topic (the workload's `topic` field, any of `domains`), by topic, in file order."""
+    records = [r for recs in load_sources(domains).values() for r in recs]
+    sources = {t: [r for r in records if r.get("topic") == t] for t in topics}
+    missing = [t for t, recs in sources.items() if not recs]
+    if missing:
+        known = sorted({r["topic"] for r in records if isinstance(r.get("topic"), str)})
+        raise ValueError(f"no record of {domains} has topic {missing}; topics there: {known}")
+    return sources

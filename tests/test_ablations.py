@@ -9,8 +9,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from benchmarks.ablation_drafts import parse_size
-from benchmarks.ablation_report import report
 from benchmarks.ablations import context_prompts, main, parser
+from osd.analysis.ablation_report import report
 from osd.cost_model import speedup, speedup_measured_verify
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.prompting import encode_prompt

@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("osd.spec",)),
     # loading (osd.demo.target materialises the embedded target for the loaders) and distillation
     ("distill", ("osd.model_checks", "osd.models", "osd.demo.target", "osd.distill", "osd.online")),
-    ("tools", ("osd.analysis", "osd.serving", "osd.plots", "osd.dashboard")),
+    ("tools", ("osd.analysis", "osd.serving", "osd.plots", "osd.dashboard", "osd.results")),
     ("apps", ("osd.demo", "osd.train", "osd.cli", "osd")),
 ]
 

@@ -1,4 +1,4 @@
-"""benchmarks/online_common: the drivers' reader of online log entries, per group, new and older logs."""
+"""osd.distill.demo_runs: the drivers' reader of online log entries, per group, new and older logs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.online_common import alpha_over, label_queries, read_entries
+from osd.distill.demo_runs import alpha_over, label_queries, read_entries
 
 
 def test_alpha_over_a_range_and_a_group_is_token_weighted(tmp_path):

@@ -14,7 +14,6 @@ times (23 s of back-off) before it falls back to the cache. An explicit `HF_HUB_
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import urllib.error
@@ -169,12 +168,3 @@ def go_offline_if_unreachable(model_paths: Iterable[str | None]) -> bool:
         ", ".join(hub_names),
     )
     return True
-
-
-def add_update_interval_flag(parser: argparse.ArgumentParser, default: int) -> None:
-    """--online_update_interval (alias --update_interval, as the drivers called it; read as
-    `args.update_interval`) with osd.train's meaning: distil every N queries, 0 = never (static)."""
-    parser.add_argument(
-        "--online_update_interval", "--update_interval", dest="update_interval", type=int, default=default,
-        help=f"distil every this many queries; 0 = never, a static run (default {default})",
-    )  # fmt: skip

@@ -84,7 +84,15 @@ def test_the_loop_updates_when_due_refreshes_what_is_served_and_logs_on_time():
     state = loop.run([Query([n]) for n in range(5)])
     # queries 0-1, then 1 (kept) 2 3; at the stream's end 3 (kept) 4 hold one new query: not due, no update
     assert trained == [[0, 1], [1, 2, 3]] and state.updates == 2
-    assert server.events == ["serve 0", "serve 1", "refresh v1", "serve 2", "serve 3", "refresh v2", "serve 4"]
+    assert server.events == [
+        "serve 0",
+        "serve 1",
+        "refresh v1",
+        "serve 2",
+        "serve 3",
+        "refresh v2",
+        "serve 4",
+    ]
     assert [e["queries_served"] for e in logs] == [3, 5] and all(e["server"] == 1 for e in logs)
     assert logs[0]["alpha"] == pytest.approx(0.25) and logs[-1]["online_updates"] == 2
 

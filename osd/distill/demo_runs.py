@@ -1,85 +1,48 @@
-"""Shared pieces of the online experiment drivers (benchmarks/online_*.py) on the embedded demo pair
-(SmolLM2-135M-Instruct in bf16; the draft trains in float32 and serves as a bf16 copy).
+"""Online and offline runs on the embedded demo pair (SmolLM2-135M-Instruct in bf16; the draft trains in
+float32 and serves as a bf16 copy), and the per-query log entries they leave: what the online
+experiment drivers (benchmarks/online_*.py, ablation_drafts.py) compare.
 
-Every run is what `python -m osd.train --mode online` (or `osd.distill.routing` for routed drafts)
-runs, from typed arguments (`osd.distill.experiment.run`, `osd.distill.routing.run_routed`), with
---online_eval_interval 1, so each metrics.jsonl entry is one query. A static run
-(--online_update_interval 0, `STATIC`) serves the same stream without ever updating: Standard
-speculative decoding with that draft, as the reference's baseline scripts did. Static baselines distilled offline beforehand (`static_runs`)
-all get the same budget: --offline_steps on-policy steps of 8 records, whatever their data.
+Every run is what `python -m osd.train --mode online` (or `osd.distill.routing` for routed drafts) runs,
+from typed arguments (`osd.distill.experiment.run`, `osd.distill.routing.run_routed`), its online
+settings an `OnlineArguments`: `BENCHMARK_PRESET` (one log entry per query, a bf16 serving copy) with
+the driver's recipe (`osd.online.config.add_online_flags`). A static run (`static`: no update) serves
+the same stream with the draft as it is: Standard speculative decoding with that draft, as the
+reference's baseline scripts did. Static baselines distilled offline beforehand (`static_runs`) all
+get the same budget: `steps` on-policy steps of 8 records, whatever their data.
 
 Per-group alpha (by dataset / topic / language) is read by joining each query's log entry with its
-stream record (`label_queries`), not from the trainer's per-group log keys, so no driver depends
-on how those keys are named.
+stream record (`label_queries`), not from the trainer's per-group log keys, so no driver depends on
+how those keys are named.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-import torch
-
-from osd.conversations import load_conversations, record_groups, save_conversations
+from osd.alpha import pooled_alpha
+from osd.conversations import record_groups, save_conversations
+from osd.distill.callbacks import METRICS_FILE, read_jsonl
 from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArguments
 from osd.distill.experiment import run
 from osd.distill.routing import RoutingArguments, run_routed
-from osd.metric_keys import ALPHA_WINDOW
-from osd.paths import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR, repo_relative
-from osd.plots import read_log
+from osd.metric_keys import ALPHA_WINDOW, upgrade_entry
+from osd.online.config import OnlineArguments
+from osd.paths import DRAFT_PATH, TARGET_PATH
 from osd.spec.gamma import ALPHA_FIGURES, STANDARD_TIMING
-from osd.spec.timing import machine
 
 STATIC = 0  # --online_update_interval of a static run: the draft stays as it is (Standard SD)
 LOG_NEVER = 10**9  # --logging_steps: no loss log lines (each query's alpha is logged anyway)
+# the online settings of every driver's runs: one log entry per query, served by a bf16 copy of the draft
+BENCHMARK_PRESET = OnlineArguments(online_eval_interval=1, draft_serving_dtype="bfloat16")
 
 
-def make_parser(doc: str) -> argparse.ArgumentParser:
-    """The driver's parser, with --threads (1 by default: the demo models are too small to gain from
-    more, and on a shared CPU extra threads mostly wait for each other)."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    return parser
-
-
-def add_recipe_args(parser: argparse.ArgumentParser) -> None:
-    """The online recipe's flags beyond the interval and lr (the demo's: 4 steps, every served token)."""
-    parser.add_argument("--steps_per_update", type=int, default=1, help="--online_steps_per_update")
-    parser.add_argument(
-        "--loss_positions", choices=["wrong", "all"], default="wrong", help="--online_loss_positions"
-    )
-
-
-def recipe(args: argparse.Namespace) -> dict:
-    """`add_recipe_args`'s flags as `run_online` keywords."""
-    return {"steps_per_update": args.steps_per_update, "loss_positions": args.loss_positions}
-
-
-def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    return args
-
-
-def load_sources(domains: Sequence[str], split: str = "train") -> dict[str, list[dict]]:
-    """The local workload's records of each domain, by domain."""
-    return {d: load_conversations(Path(WORKLOAD_DIR) / f"{d}_{split}.json") for d in domains}
-
-
-def topic_sources(domains: Sequence[str], topics: Sequence[str]) -> dict[str, list[dict]]:
-    """The records of each topic (the workload's `topic` field, any of `domains`), by topic, in file order."""
-    records = [r for recs in load_sources(domains).values() for r in recs]
-    sources = {t: [r for r in records if r.get("topic") == t] for t in topics}
-    missing = [t for t, recs in sources.items() if not recs]
-    if missing:
-        known = sorted({r["topic"] for r in records if isinstance(r.get("topic"), str)})
-        raise ValueError(f"no record of {domains} has topic {missing}; topics there: {known}")
-    return sources
+def static(online: OnlineArguments = BENCHMARK_PRESET) -> OnlineArguments:
+    """`online`'s serving and logging without any update: Standard SD with the draft as it is."""
+    return replace(online, online_update_interval=STATIC, online_background_update=False)
 
 
 def fresh_run_dir(out_dir: Path, records: list[dict], data_name: str) -> None:
@@ -92,19 +55,20 @@ def fresh_run_dir(out_dir: Path, records: list[dict], data_name: str) -> None:
 def run_online(
     out_dir: Path,
     stream: list[dict],
+    online: OnlineArguments = BENCHMARK_PRESET,
     student: str | Path | None = None,
-    update_interval: int = 1,
     learning_rate: float = 1e-4,
     max_new_tokens: int = 64,
-    route_by: str | None = None,
     gamma: int = ALPHA_FIGURES,
-    steps_per_update: int = 1,
-    loss_positions: str = "wrong",
-    background_update: bool = False,
+    route_by: str | None = None,
 ) -> list[dict]:
-    """Serve `stream` (and distil every `update_interval` queries unless STATIC) with `student` (default:
-    the demo draft), as `osd.train --mode online` (or `osd.distill.routing` with `route_by`) would; returns
-    its per-query log entries, labelled with their records' groups (`label_queries`)."""
+    """Serve `stream` with `student` (default: the demo draft) and distil it as `online` says, as
+    `osd.train --mode online` (or `osd.distill.routing` with `route_by`) would; returns its per-query log
+    entries, labelled with their records' groups (`label_queries`)."""
+    if online.online_eval_interval != 1:
+        raise ValueError(
+            f"--online_eval_interval {online.online_eval_interval}: these runs read one log entry per query (1)"
+        )
     fresh_run_dir(out_dir, stream, "stream.json")
     model_args = ModelArguments(
         student_model_path=str(student or DRAFT_PATH),
@@ -114,14 +78,15 @@ def run_online(
     data_args = DataArguments(data_path=str(out_dir / "stream.json"))
     args = DistillTrainingArguments(
         output_dir=str(out_dir), mode="online", kl_method="forward", max_propose_num=gamma,
-        max_new_tokens=max_new_tokens, draft_serving_dtype="bfloat16", online_update_interval=update_interval,
-        online_eval_interval=1, online_steps_per_update=steps_per_update, online_loss_positions=loss_positions,
-        online_background_update=background_update,
+        max_new_tokens=max_new_tokens, **vars(online),
         per_device_train_batch_size=1, num_train_epochs=1, learning_rate=learning_rate, lr_scheduler_type="constant",
         weight_decay=0.0, max_grad_norm=0.0, save_strategy="no", logging_steps=LOG_NEVER, report_to="none",
         use_cpu=True, disable_tqdm=True, seed=0,
     )  # fmt: skip
-    print(f"[online] {out_dir}: {len(stream)} queries, update interval {update_interval}", file=sys.stderr)
+    print(
+        f"[online] {out_dir}: {len(stream)} queries, update interval {online.online_update_interval}",
+        file=sys.stderr,
+    )
     if route_by is None:
         run(model_args, data_args, args)
     else:
@@ -173,29 +138,27 @@ def static_runs(
     samples: dict[str, list[dict]],
     steps: int,
     learning_rate: float,
-    **serving,
+    online: OnlineArguments = BENCHMARK_PRESET,
+    max_new_tokens: int = 64,
+    gamma: int = ALPHA_FIGURES,
 ) -> dict[str, list[dict]]:
     """Static baselines: for each named sample, a draft distilled offline on it (`run_offline`, `steps`
     steps of 8 records: the same budget for every sample) in {out}/offline{i}_draft, then `stream`
-    served with that draft, never updated ({out}/offline{i}; `serving`: `run_online`'s gamma and
-    max_new_tokens); the per-query entries by name."""
+    served with that draft, never updated ({out}/offline{i}, `static(online)`); the per-query entries
+    by name."""
     runs = {}
     for i, (name, records) in enumerate(samples.items()):
         draft = run_offline(out / f"offline{i}_draft", records, max_steps=steps, learning_rate=learning_rate)
         runs[name] = run_online(
-            out / f"offline{i}",
-            stream,
-            student=draft,
-            update_interval=STATIC,
-            learning_rate=learning_rate,
-            **serving,
-        )
+            out / f"offline{i}", stream, static(online), student=draft, learning_rate=learning_rate,
+            max_new_tokens=max_new_tokens, gamma=gamma,
+        )  # fmt: skip
     return runs
 
 
 def read_entries(out_dir: Path) -> list[dict]:
-    """The online log entries (one per query) of a run folder."""
-    return [e for e in read_log(out_dir) if ALPHA_WINDOW in e]
+    """The online log entries (one per query) of a run folder (older logs' keys upgraded)."""
+    return [e for e in map(upgrade_entry, read_jsonl(Path(out_dir) / METRICS_FILE)) if ALPHA_WINDOW in e]
 
 
 def label_queries(entries: Sequence[dict], stream: Sequence[dict]) -> list[dict]:
@@ -217,36 +180,12 @@ def of_group(entries: Sequence[dict], group: str) -> list[dict]:
     return [e for e in entries if group in e["groups"].values()]
 
 
-def alpha_over(entries: Sequence[dict], start: int, end: int, group: str | None = None) -> float:
+def alpha_over(entries: Sequence[dict], start: int, end: int, group: str | None = None) -> float | None:
     """Token-weighted alpha over queries start+1..end of `label_queries` entries (optionally only
-    those of one group value)."""
+    those of one group value); None when none of them proposed a token."""
     picked = [
         e for e in (entries if group is None else of_group(entries, group)) if start < e["query"] <= end
     ]
     picked = [e for e in picked if e["proposed"]]
     proposed = sum(e["proposed"] for e in picked)
-    return sum(e["alpha"] * e["proposed"] for e in picked) / proposed if proposed else math.nan
-
-
-def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
-    """Rows as a Markdown table (floats with 3 decimals)."""
-
-    def cell(v) -> str:
-        return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def save_results(out_dir: Path, results: dict, table: str) -> None:
-    """results.json (with the command that wrote it and the machine it ran on) and table.md in out_dir; the table is printed too."""
-    module = Path(sys.argv[0]).stem
-    results = {
-        "command": " ".join([f"python -m benchmarks.{module}", *sys.argv[1:]]),
-        "machine": machine(),
-        **results,
-    }
-    (out_dir / "results.json").write_text(json.dumps(repo_relative(results), indent=1))
-    (out_dir / "table.md").write_text(table + "\n")
-    print(table)
+    return pooled_alpha(sum(e["alpha"] * e["proposed"] for e in picked), proposed)

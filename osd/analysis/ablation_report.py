@@ -1,12 +1,14 @@
-"""Merge the ablation runs (`{out}/parts/*.json`, `benchmarks/ablations.py` and the training drivers)
-into `{out}/results.json` (every run with its command, and the merged tables), `{out}/table.md`
-and one plot per ablation present: gamma.png, context.png, draft_size.png, methods.png.
+"""Merge the ablation runs (`{out}/parts/*.json`, written with `osd.results.write_part` by
+`benchmarks/ablations.py` and the training drivers) into `{out}/results.json` (every run with its
+command, and the merged tables), `{out}/table.md` and one plot per ablation present: gamma.png,
+context.png, draft_size.png, methods.png.
 
     python -m benchmarks.ablations report --out benchmarks/results/ablations/v1
 
 Part names: gamma*/context* (their `ablation` field), draft_size* (drafts named SIZE:standard and
-SIZE:online) with draft_training, methods* (drafts named as `benchmarks.online_single`'s runs:
-Standard, offline-distilled, online) with methods_training.
+SIZE:online) with draft_training (`benchmarks/ablation_drafts.py`), methods* (drafts named as
+`benchmarks.online_single`'s runs: Standard, offline-distilled, online) with methods_training
+(`benchmarks/online_single.py --results`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.online_common import markdown_table  # noqa: E402
+from osd.results import markdown_table  # noqa: E402
 
 GAMMA_COLUMNS = {"gamma": "gamma", "alpha_simulated": "alpha (simulated)", "alpha": "alpha (live)",
                  "mean_accepted_length": "accepted / step", "target_tokens_per_s": "target tok/s",
@@ -162,6 +164,7 @@ def methods_rows(parts: dict[str, dict]) -> list[dict]:
 
 
 def report(out: Path) -> dict:
+    """Merge `{out}/parts` into `{out}/results.json`, `table.md` and the plots; returns the results."""
     parts = load_parts(out)
     tables = {
         "gamma": rows_of(parts, lambda n, p: p.get("ablation") == "gamma", "gamma"),
