@@ -23,6 +23,7 @@ def run(tmp_path, *argv: str) -> dict:
     return main([*argv, *PAIR, *SMALL, "--out", str(tmp_path)])
 
 
+@pytest.mark.slow
 def test_gamma_rows_simulated_alpha_equals_live_and_eq2_is_the_cost_model(tmp_path):
     record = run(tmp_path, "gamma", "--gammas", "1", "3", "--recording", str(tmp_path / "rec"))
     rows = record["rows"]
@@ -74,6 +75,7 @@ def test_context_prompts_have_exactly_the_asked_length_and_keep_the_query():
         context_prompts(tok, ["sql"], 1, 100000)
 
 
+@pytest.mark.slow
 def test_context_and_drafts_rows_then_report(tmp_path):
     rows = run(tmp_path, "context", "--lengths", "32", "64")["rows"]
     assert [r["prompt_tokens"] for r in rows] == [32, 64]

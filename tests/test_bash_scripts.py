@@ -121,6 +121,7 @@ def test_t5_scripts_pick_models_and_files_by_dataset(
     assert argv[-2:] == ["--max_steps", "3"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["t5/offline.sh", "t5/online.sh"])
 def test_t5_scripts_run_on_the_t5_demo_pair(script, tmp_path):
     """End to end, with the real python, a few steps on the T5 demo pair's default files."""

@@ -20,6 +20,7 @@ def run(tmp_path, *flags: str) -> dict:
                  "--output", str(tmp_path / "engine.json"), *flags])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_each_data_file_is_served_by_its_own_draft(tmp_path):
     # code's "draft" is the target itself: it proposes the target's tokens, every one accepted
     shutil.copytree(TINY_DRAFT_PATH, tmp_path / "drafts" / "sql")
@@ -41,6 +42,7 @@ def test_a_missing_domain_draft_names_its_folder(tmp_path):
         run(tmp_path, "--data_drafts", str(tmp_path / "drafts" / "{domain}"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not packing_available(), reason="this CPU or torch build has no oneDNN bf16 packing")
 def test_packed_linears_apply_to_every_method(tmp_path):
     bf16 = ["--draft", str(TINY_DRAFT_PATH), "--dtype", "bfloat16", "--draft_dtype", "bfloat16"]

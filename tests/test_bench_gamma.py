@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.bench_gamma import main
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 
 
+@pytest.mark.slow
 def test_every_method_decodes_the_same_tokens_and_the_summary_picks_a_fixed_gamma(tmp_path):
     results = main(["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
                     "--domains", "sql", "code", "--num_prompts", "2", "--gammas", "1", "3",

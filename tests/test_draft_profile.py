@@ -6,6 +6,7 @@ import json
 import runpy
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -14,6 +15,7 @@ from osd.paths import TINY_TEACHER_PATH
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "draft_profile.py"
 
 
+@pytest.mark.slow
 def test_training_pass_distils_every_draft_with_osd_train(tmp_path):
     main = runpy.run_path(str(SCRIPT))["main"]
     argv = ["--target", str(TINY_TEACHER_PATH), "--dtype", "float32", "--depths", "1", "--widths", "64", "128",

@@ -21,6 +21,7 @@ def run(tmp_path, *args: str) -> dict:
     return result
 
 
+@pytest.mark.slow
 def test_decoder_cells_with_the_two_new_divergences(tmp_path):
     tiny = ["--draft_path", str(TINY_DRAFT_PATH), "--teacher_path", str(TINY_TEACHER_PATH)]
     result = run(tmp_path, *tiny, "--sample_sources", "mix_token", "--kl_methods", "reference_mix", "tvd",
@@ -41,6 +42,7 @@ def test_decoder_cells_with_the_two_new_divergences(tmp_path):
     assert len(answers) == 4  # max_steps x batch_size training queries answered by the teacher
 
 
+@pytest.mark.slow
 def test_t5_pair_cell_without_learning_keeps_the_standard_alpha(tmp_path):
     """lr 0 leaves the draft as it was, so the cell must measure exactly the Standard row: the
     T5 path (encoder inputs, decoder start, collator) is the one Standard was measured on."""

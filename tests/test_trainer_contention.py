@@ -30,7 +30,10 @@ def _wait_for(steps, at_least: int, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize(("kind", "fused"), [("thread", False), ("process", False), ("thread", True)])
+@pytest.mark.parametrize(
+    ("kind", "fused"),
+    [("thread", False), pytest.param("process", False, marks=pytest.mark.slow), ("thread", True)],
+)
 def test_the_trainer_steps_until_stopped(kind: str, fused: bool) -> None:
     vocab = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH).config.vocab_size
     spawn = mp.get_context("spawn")

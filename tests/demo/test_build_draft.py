@@ -72,7 +72,9 @@ BUILDERS = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(BUILDERS))
+@pytest.mark.parametrize(
+    "kind", [pytest.param(k, marks=pytest.mark.slow) if k == "t5" else k for k in sorted(BUILDERS)]
+)
 def test_killed_build_resumes_to_the_uninterrupted_weights(
     kind, small_workload, tmp_path, monkeypatch, capsys
 ):
@@ -116,6 +118,7 @@ def test_killed_build_resumes_to_the_uninterrupted_weights(
         assert set(metrics["eval_answer_loss"]) == set(DOMAINS)
 
 
+@pytest.mark.slow
 def test_t5_pair_shares_one_tokenizer_without_a_chat_template(small_workload, tmp_path):
     cfg = _t5_config(small_workload, tmp_path / "t5")
     metrics = build_t5_pair(cfg)

@@ -108,6 +108,7 @@ def test_default_draft_is_a_general_draft_with_a_sub_vocabulary_head(default_pai
     assert overlap["corpus_queries"] >= 3000 and overlap["identical"] == overlap["sharing_an_8_word_run"] == 0
 
 
+@pytest.mark.slow
 @needs_target
 @pytest.mark.parametrize("domain", ["sql", "math"])
 def test_default_pair_greedy_sd_equals_target_generate(default_pair, domain):
@@ -116,6 +117,7 @@ def test_default_pair_greedy_sd_equals_target_generate(default_pair, domain):
     _greedy_matches_generate(*default_pair, domain, max_new_tokens=24, ulps=8)
 
 
+@pytest.mark.slow
 @needs_target
 def test_target_converts_from_the_package(tmp_path):
     """ensure_target: the GGUF in the package becomes a from_pretrained folder that answers sensibly."""

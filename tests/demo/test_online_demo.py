@@ -49,6 +49,7 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     )
 
 
+@pytest.mark.slow
 def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
     """--report_to wandb, offline: the run (read back from its own files) carries every group of the stream
     under alpha/{field}/{value}, plotted over queries served, and the models, data and stream in its config."""
@@ -77,6 +78,7 @@ def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
     assert run_name(records) == "online-forward-g3-draft-teacher-abrupt-sql-code-x2"
 
 
+@pytest.mark.slow
 def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp_path, capsys):
     from osd.analysis import online_replay, record
 
@@ -109,6 +111,7 @@ def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp
         assert f"recorded with another {differ};" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_block_drafts_are_the_draft_as_it_stood_after_each_domain(tmp_path):
     """drafts/<domain>: with background updates (the update on a block's last query lands one step later),
     the sql draft of an sql -> code run equals the final draft of a run over the sql block alone, and the
@@ -145,6 +148,7 @@ def test_a_costly_bf16_verification_without_bf16_instructions_names_the_float32_
         assert "compute-bound" in printed and "--dtype float32" not in printed
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not packing_available(), reason="this CPU or torch build has no oneDNN bf16 packing")
 def test_packed_linears_serve_the_same_tokens_faster_kernels_alike(tmp_path):
     """--packed_linears on a bf16 tiny pair: every model's linears packed (the target-only baseline's too), and

@@ -121,6 +121,7 @@ def test_online_update_interval_zero_is_static_and_below_is_refused(tmp_path):
         DistillTrainingArguments(output_dir=str(tmp_path), online_update_interval=-1)
 
 
+@pytest.mark.slow
 def test_refusal_is_one_error_line_without_traceback(saved_pair, tmp_path):
     """`python -m osd.train` into a used --output_dir: exit status 1 and the reason, no traceback."""
     import subprocess

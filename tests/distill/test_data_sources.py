@@ -135,6 +135,7 @@ def test_folder_digest_follows_the_contents_not_map_caches(repo):
     assert data_digest(str(repo), "train", "data_path") != before
 
 
+@pytest.mark.slow
 def test_osd_train_reads_a_file_a_folder_and_a_cached_hub_name_alike(tmp_path, datasets_cache):
     """Offline runs on the tiny pair with each --data_path form: the same records, so the same run."""
     records = load_conversations(workload_path("sql", "train"))[:4]

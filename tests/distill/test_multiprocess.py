@@ -53,6 +53,7 @@ def torchrun(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
 
 
+@pytest.mark.slow
 def test_torchrun_starts_two_cpu_processes(tmp_path):
     run = torchrun(tmp_path, "--use_cpu", "True")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -60,6 +61,7 @@ def test_torchrun_starts_two_cpu_processes(tmp_path):
     assert state["global_step"] == len(QUERIES) // 2  # each process took half of the records
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     torch.cuda.is_available(), reason="with a GPU, transformers runs the processes as one run"
 )

@@ -191,6 +191,7 @@ class StopAt(TrainerCallback):
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "background, save_steps, stop, replay, rows_only",
     # checkpoint-3: one buffered query (with replay: a kept one and a new one); checkpoint-2: a background update due;

@@ -23,6 +23,7 @@ def tiny_pair(monkeypatch):
     monkeypatch.setattr(demo_runs, "DRAFT_PATH", TINY_DRAFT_PATH)
 
 
+@pytest.mark.slow
 def test_static_drafts_are_distilled_on_the_stream_prefix_and_reported_per_segment(tmp_path):
     out = tmp_path / "shift"
     fractions = [0.3, 0.5, 1.0]
@@ -55,6 +56,7 @@ def test_static_drafts_are_distilled_on_the_stream_prefix_and_reported_per_segme
     assert "offline, first 30%" in (out / "table.md").read_text()
 
 
+@pytest.mark.slow
 def test_alpha_per_topic_matches_the_trainers_group_log_and_adds_up_to_the_overall_alpha(tmp_path):
     out = tmp_path / "topics"
     topics = ["school", "savings", "loan"]

@@ -43,6 +43,7 @@ def test_a_stale_lock_of_a_dead_process_is_named_and_taken_over(tmp_path, caplog
     assert "stale lock of process 999999999 on elsewhere" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_run_resumed_into_a_live_runs_folder_is_refused_with_its_pid(saved_pair, tmp_path, caplog):
     """Two real processes: the first trains, the second (`--resume_from_checkpoint last`) is refused
     naming the first's pid and writes nothing; the first, killed, leaves a stale lock that is named."""

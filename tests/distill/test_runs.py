@@ -89,6 +89,7 @@ def test_overwrite_starts_over_and_keeps_other_files(saved_pair, data, tmp_path)
     assert (out / "stream.json").read_text() == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["teacher", "student", "mix_request", "mix_token"])
 def test_offline_resume_is_identical_for_every_sample_source(saved_pair, data, tmp_path, source):
     out = tmp_path / "run"

@@ -17,6 +17,7 @@ WITH_HF = [n for n in RECORDED if "hf_target" in json.loads(recorded_paths(n)["m
 NEAR_TIE = 1e-2  # logit gap below which float rounding (llama.cpp kernels vs torch) may flip the argmax
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", WITH_HF)
 def test_target_only_output_equals_hf_greedy_up_to_near_ties(name):
     meta = json.loads(recorded_paths(name)["meta.json"].read_text())

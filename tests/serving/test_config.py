@@ -12,6 +12,7 @@ from osd.datafiles import DataFileError
 from osd.serving.config import ServingArguments
 
 
+@pytest.mark.slow
 def test_help_documents_the_loop_without_importing_vllm() -> None:
     probe = "import sys, runpy; sys.argv = ['osd.serving', '--help']\ntry:\n    runpy.run_module('osd.serving', run_name='__main__')\nexcept SystemExit:\n    pass\nprint('vllm' in sys.modules)"  # fmt: skip
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
@@ -35,6 +36,7 @@ def test_standard_and_target_only_runs_do_not_distil() -> None:
     assert ServingArguments(data_path="s", output_dir="o").distils
 
 
+@pytest.mark.slow
 def test_serving_without_vllm_says_how_to_get_it(tmp_path) -> None:
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
