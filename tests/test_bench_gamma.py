@@ -4,6 +4,7 @@ greedy tokens, and the summary compares gamma auto with the best fixed gamma."""
 from __future__ import annotations
 
 import json
+import math
 
 from benchmarks.bench_gamma import main
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
@@ -18,7 +19,11 @@ def test_every_method_decodes_the_same_tokens_and_the_summary_picks_a_fixed_gamm
         rows = {r["method"]: r for r in results["rows"] if r["domain"] == domain}
         assert list(rows) == methods
         assert len({r["tokens"] for r in rows.values()}) == 1  # greedy: every method, the same output
-        assert all(0.0 <= rows[m]["alpha"] <= 1.0 for m in ("gamma 1", "gamma 3", "gamma auto"))
+        assert all(0.0 <= rows[m]["alpha"] <= 1.0 for m in ("gamma 1", "gamma 3"))
+        # auto declines to speculate where the measured draft step costs too much of a target step (the
+        # tiny pair's 4-layer teacher on a busy machine): then it proposes nothing and has no alpha
+        auto = rows["gamma auto"]
+        assert 0.0 <= auto["alpha"] <= 1.0 or (auto["proposed / step"] == 0 and math.isnan(auto["alpha"]))
     summary = {s["domain"]: s for s in results["summary"]}
     assert summary["sql"]["best fixed"] in ("gamma 1", "gamma 3")
     saved = json.loads((tmp_path / "results.json").read_text())
