@@ -10,7 +10,7 @@
 #      (osd/demo/models/draft/).
 # Every stage resumes after a kill: rerun the same command.
 # Usage: bash bash_scripts/demo/build_demo_models.sh [extra osd.demo.build_draft flags, e.g. --steps 20]
-# The tiny test pair (osd/demo/models/tiny/) is built by `python -m osd.demo.build_tiny_pair`.
+# The tiny test pair (osd/demo/models/tiny/) is built by `python -m tests.builders.build_tiny_pair`.
 set -euo pipefail
 
 SEED=0

@@ -1,7 +1,7 @@
 # Sourced by bash_scripts/t5/{offline,online}.sh (not run on its own): the dataset argument $1 ->
 #   STUDENT, TEACHER, DATA, EVAL_DATA, PRECISION, REPORT_TO defaults (environment values win).
 #   sql|math|code|finance       the local workload (data/local/{domain}_{train,eval}.json) with the
-#                               T5 demo pair (osd/demo/models/t5, `python -m osd.demo.build_t5_pair`),
+#                               T5 demo pair (osd/demo/models/t5, `python -m tests.builders.build_t5_pair`),
 #                               on CPU: float32, no wandb, one torch thread (OMP_NUM_THREADS);
 #   gsm8k|spider                data/raw_data/ (data/download.sh) with the reference's hub models
 #   gbharti/finance-alpaca      (t5-efficient-small from flan-t5-xl), bf16, wandb; the reference's hub

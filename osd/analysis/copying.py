@@ -1,6 +1,8 @@
 r"""Where a draft misses: answer tokens that could be copied from the context, and the rest.
 
-    python -m osd.analysis.copying --recording benchmarks/results/online_demo/v3_45x32/recording/rec_45_32 \
+    python -m osd.analysis.record --target osd/demo/models/target --conversations data/local/sql_eval.json \
+        --output outputs/analysis/target_sql --max_new_tokens 32 --top_k 32
+    python -m osd.analysis.copying --recording outputs/analysis/target_sql \
         --draft osd/demo/models/draft --out outputs/copying.json
 
 For every token of the target's recorded answers: does the draft, teacher-forced on the prompt and

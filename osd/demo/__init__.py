@@ -5,11 +5,11 @@
 - draft: a general 2 x 256 Llama with the target's tokenizer and an LM head over the 8192 tokens the
   target writes most, distilled here from the target on queries it wrote itself, none of the
   workload's (`osd.demo.build_draft`, committed in `osd/demo/models/draft/`; model card there);
-- a tiny pair (`osd/demo/models/tiny/`: a 6M-parameter toy teacher and its draft, one small
-  SentencePiece tokenizer, `osd.demo.build_tiny_pair`) for tests and llama.cpp fixtures that
+- a tiny pair (`osd/demo/models/tiny/`: a 1.8M-parameter toy teacher and its draft, one small
+  SentencePiece tokenizer, `tests.builders.build_tiny_pair`) for tests and llama.cpp fixtures that
   need a trained model in seconds. It is not the default of any tool;
 - a T5 pair (`osd/demo/models/t5/`: an encoder-decoder teacher and a smaller draft with the tiny
-  pair's tokenizer, `osd.demo.build_t5_pair`), the default of `bash_scripts/t5/*.sh` on the
+  pair's tokenizer, `tests.builders.build_t5_pair`), the default of `bash_scripts/t5/*.sh` on the
   local workload.
 
 `data/build_local_workload.py` writes the workload. The models are ordinary `from_pretrained`

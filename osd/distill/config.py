@@ -185,7 +185,7 @@ class DistillTrainingArguments(OnlineArguments, TrainingArguments):
             "help": "Train the student without its input embedding, and the LM head when tied to it: only its "
             "other weights learn. A small draft's tied [V, H] embedding is most of its weights (12.6M of the "
             "demo draft's 14.7M): without its dense gradient and AdamW moments an update step costs about a "
-            "third, but the draft learns less (benchmarks/results/online_demo/v3_45x32_thp/)."
+            "third, but the draft learns less (benchmarks/README.md, History: online_demo/v3_45x32_thp)."
         },
     )
     draft_vocab_rows_only: bool = field(
@@ -194,7 +194,7 @@ class DistillTrainingArguments(OnlineArguments, TrainingArguments):
             "help": "With a sub-vocabulary head tied to the input embedding: train only the V' rows of the shared "
             "weight, as their own [V', H] weight copied back after every step (no dense [V, H] gradient or "
             "AdamW moments); the other rows stay as they are. The main job's worker is then busy 0.18 of "
-            "serving time instead of 0.28 (osd.distill.subvocab; benchmarks/results/online_demo/v3_45x32_rows/)."
+            "serving time instead of 0.28 (osd.distill.subvocab; benchmarks/README.md, History: online_demo/v3_45x32_rows)."
         },
     )
     draft_vocab_size: int | None = field(

@@ -12,11 +12,11 @@ from transformers import AutoTokenizer, T5ForConditionalGeneration
 
 import osd.distill.lm_training as lm_training
 from osd.demo.build_draft import DraftBuildConfig, build
-from osd.demo.build_t5_pair import T5BuildConfig
-from osd.demo.build_t5_pair import build as build_t5_pair
 from osd.model_checks import check_same_tokenizer
 from osd.paths import DOMAINS, TINY_TEACHER_PATH, workload_path
 from osd.spec.draft_vocab import count_tokens
+from tests.builders.build_t5_pair import T5BuildConfig
+from tests.builders.build_t5_pair import build as build_t5_pair
 
 
 @pytest.fixture()

@@ -1,13 +1,15 @@
-"""Build the tiny pair (tokenizer, toy teacher, draft) from nothing, seeded: for fast tests, not the default.
+"""Build the tiny test pair (tokenizer, toy teacher, draft), seeded: for fast tests, not the default.
 
 The embedded default is SmolLM2-135M-Instruct with `osd.demo.build_draft`'s draft; this tiny
-pair (a 6M-parameter teacher that fits in a CPU cache, so speculative decoding cannot pay with
-it) stays for tests and llama.cpp fixtures that need a trained model in seconds.
+pair (a 1.8M-parameter teacher: speculative decoding cannot pay with it) is for tests and the
+llama.cpp fixtures, which need a trained pair that loads in milliseconds and stays small in git.
 
 1. A SentencePiece BPE tokenizer with byte fallback is trained on the local workload
    (`data/local/*_train.json`) and saved in HF format (a Llama tokenizer, `tokenizer.model`
-   kept for llama.cpp's converter) with a short chat template `"<s>USER: {q}\\nASSISTANT:"`.
-2. The teacher, a deep narrow LlamaForCausalLM, is trained from scratch on every domain's
+   kept for llama.cpp's converter) with a short chat template `"<s>USER: {q}\\nASSISTANT:"`;
+   `--tokenizer FOLDER` reuses a saved one instead (the committed pair keeps the tokenizer it was
+   first built with, before the workload was regenerated, so its recorded fixtures stay valid).
+2. The teacher, a narrow LlamaForCausalLM deeper than the draft, is trained from scratch on every domain's
    prompt + answer (chat template, loss on the answer tokens).
 3. The draft, one wide layer, is pre-trained for fewer steps on the domains' generic text
    only: each record's query and reference answer as a plain document, without the chat
@@ -16,13 +18,11 @@ it) stays for tests and llama.cpp fixtures that need a trained model in seconds.
 
 Weights are stored in fp16 (`config.json` keeps float32, so `from_pretrained` loads float32).
 Outputs: `{out_dir}/{teacher,draft}/` (config, safetensors, tokenizer) and
-`{out_dir}/build_metrics.json` (parameters, training tokens, losses, teacher samples). The
-committed pair was built before the shared training loop (`osd.distill.lm_training`) took its
-seeded batch order, so a rebuild gives a pair of the same kind, not the same bytes.
+`{out_dir}/build_metrics.json` (parameters, training tokens, losses, teacher samples).
 
-Usage:
-    python -m osd.demo.build_tiny_pair                               # osd/demo/models/tiny/, ~35 min on 2 shared cores
-    python -m osd.demo.build_tiny_pair --out_dir /tmp/demo_quick --teacher_steps 20 --draft_steps 10
+Usage (from the repository root):
+    python -m tests.builders.build_tiny_pair --tokenizer osd/demo/models/tiny/teacher   # the committed pair
+    python -m tests.builders.build_tiny_pair --out_dir /tmp/demo_quick --teacher_steps 20 --draft_steps 10
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 from transformers import (
+    AutoTokenizer,
     HfArgumentParser,
     LlamaConfig,
     LlamaForCausalLM,
@@ -65,19 +66,18 @@ class BuildConfig:
     workload_dir: str = field(
         default=str(WORKLOAD_DIR), metadata={"help": "Folder with {domain}_{train,eval}.json."}
     )
+    tokenizer: str = field(
+        default="", metadata={"help": "Tokenizer folder to reuse (with tokenizer.model); empty: train one."}
+    )
     seed: int = field(default=0, metadata={"help": "Seed for initialisation and batch order."})
     vocab_size: int = field(default=3072, metadata={"help": "SentencePiece vocabulary size."})
-    teacher_layers: int = field(
-        default=20, metadata={"help": "Teacher depth (depth drives step time on CPU)."}
-    )
+    teacher_layers: int = field(default=4, metadata={"help": "Teacher depth."})
     teacher_hidden: int = field(default=128, metadata={"help": "Teacher hidden size."})
     teacher_ffn: int = field(default=512, metadata={"help": "Teacher MLP size."})
     teacher_heads: int = field(default=4, metadata={"help": "Teacher attention heads."})
-    draft_layers: int = field(
-        default=1, metadata={"help": "Draft depth: shallow, so c = draft/target step time is small."}
-    )
-    draft_hidden: int = field(default=256, metadata={"help": "Draft hidden size (wide)."})
-    draft_ffn: int = field(default=1024, metadata={"help": "Draft MLP size."})
+    draft_layers: int = field(default=1, metadata={"help": "Draft depth (shallower than the teacher)."})
+    draft_hidden: int = field(default=64, metadata={"help": "Draft hidden size."})
+    draft_ffn: int = field(default=256, metadata={"help": "Draft MLP size."})
     draft_heads: int = field(default=4, metadata={"help": "Draft attention heads."})
     teacher_steps: int = field(default=500, metadata={"help": "Teacher optimizer steps."})
     draft_steps: int = field(
@@ -187,7 +187,11 @@ def build(cfg: BuildConfig) -> dict:
     }
     train = [r for d in DOMAINS for r in workload[d, "train"]]
     texts = [t["content"] for r in train for t in r["conversation"]] + ["USER:", "ASSISTANT:"]
-    tok, sp_model = train_tokenizer(texts, cfg.vocab_size)
+    if cfg.tokenizer:
+        tok = AutoTokenizer.from_pretrained(cfg.tokenizer)
+        sp_model = (Path(cfg.tokenizer) / "tokenizer.model").read_bytes()
+    else:
+        tok, sp_model = train_tokenizer(texts, cfg.vocab_size)
 
     metrics: dict = {"config": asdict(cfg), "torch": torch.__version__}
     torch.manual_seed(cfg.seed)

@@ -18,9 +18,9 @@ finished pair (bf16 safetensors, `build_metrics.json`) is written to a temporary
 renamed over `{out_dir}`.
 
 Usage:
-    python -m osd.demo.build_t5_pair                       # osd/demo/models/t5/{teacher,draft}
-    python -m osd.demo.build_t5_pair --evaluate_only       # re-measure losses and Standard alpha only
-    python -m osd.demo.build_t5_pair --out_dir /tmp/t5 --teacher_steps 4 --draft_steps 2
+    python -m tests.builders.build_t5_pair                       # osd/demo/models/t5/{teacher,draft}
+    python -m tests.builders.build_t5_pair --evaluate_only       # re-measure losses and Standard alpha only
+    python -m tests.builders.build_t5_pair --out_dir /tmp/t5 --teacher_steps 4 --draft_steps 2
 """
 
 from __future__ import annotations
@@ -61,12 +61,12 @@ class T5BuildConfig:
         default=str(WORKLOAD_DIR), metadata={"help": "Folder with {domain}_{train,eval}.json."}
     )
     seed: int = field(default=0, metadata={"help": "Seed for initialisation and batch order."})
-    teacher_layers: int = field(default=3, metadata={"help": "Teacher encoder and decoder layers (each)."})
-    teacher_d_model: int = field(default=256, metadata={"help": "Teacher hidden size."})
-    teacher_d_ff: int = field(default=768, metadata={"help": "Teacher gated MLP size."})
+    teacher_layers: int = field(default=2, metadata={"help": "Teacher encoder and decoder layers (each)."})
+    teacher_d_model: int = field(default=128, metadata={"help": "Teacher hidden size."})
+    teacher_d_ff: int = field(default=512, metadata={"help": "Teacher gated MLP size."})
     draft_layers: int = field(default=1, metadata={"help": "Draft encoder and decoder layers (each)."})
-    draft_d_model: int = field(default=128, metadata={"help": "Draft hidden size."})
-    draft_d_ff: int = field(default=384, metadata={"help": "Draft gated MLP size."})
+    draft_d_model: int = field(default=64, metadata={"help": "Draft hidden size."})
+    draft_d_ff: int = field(default=192, metadata={"help": "Draft gated MLP size."})
     heads: int = field(default=4, metadata={"help": "Attention heads (d_kv = d_model / heads)."})
     teacher_steps: int = field(default=1200, metadata={"help": "Teacher optimizer steps."})
     draft_steps: int = field(
