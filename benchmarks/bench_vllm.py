@@ -22,7 +22,7 @@ engines' scratch files (served draft folder, exported weights) go to a temporary
 
     OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
     .venv-vllm/bin/python -m benchmarks.bench_vllm --concurrency 1 4 16 --out outputs/bench_vllm \
-        --reference benchmarks/results/online_demo/v3_30x48/summary.json
+        --reference benchmarks/results/bench_vllm/v3/reference_online_demo_30x48.json
 """
 
 from __future__ import annotations

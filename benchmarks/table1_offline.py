@@ -2,7 +2,7 @@
 
 On one domain of the local workload, CPU, no downloads, with the decoder-only demo pair (`--pair
 decoder`: SmolLM2-135M-Instruct and its draft) or the encoder-decoder one (`--pair t5`:
-osd/demo/models/t5, `osd.demo.build_t5_pair`), or any pair given by path:
+osd/demo/models/t5, `tests.builders.build_t5_pair`), or any pair given by path:
 1. the teacher's greedy answers to the first `max_steps * batch_size` training queries are
    generated once (what data/generate_answer.py writes for the real datasets);
 2. "Standard": alpha of the undistilled draft on the domain's eval queries;
