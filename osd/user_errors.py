@@ -44,6 +44,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type for a count that may be 0 (`--offline_steps`: 0 = none), else a usage error."""
+    value = int(text)  # a ValueError here is argparse's "invalid non_negative_int value"
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}; expected 0 or more")
+    return value
+
+
 @contextmanager
 def disk_full_as_oserror(folder: str | Path) -> Iterator[None]:
     """Within: a library's error for a failed write (a full disk) becomes an OSError naming `folder`;
