@@ -52,6 +52,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse type for a size that must be above 0 (`--window`), else a usage error."""
+    value = float(text)  # a ValueError here is argparse's "invalid positive_float value"
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}; expected a number above 0")
+    return value
+
+
 @contextmanager
 def disk_full_as_oserror(folder: str | Path) -> Iterator[None]:
     """Within: a library's error for a failed write (a full disk) becomes an OSError naming `folder`;

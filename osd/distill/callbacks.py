@@ -136,7 +136,8 @@ def reproducible(entries: list[dict]) -> list[dict]:
     return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in entries if "train_runtime" not in e]
 
 
-def _wandb_key_configured() -> bool:
+def wandb_key_configured() -> bool:
+    """Whether wandb finds an API key: WANDB_API_KEY, or `wandb login`'s entry in ~/.netrc."""
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:
@@ -153,7 +154,7 @@ def setup_wandb(report_to: list[str] | str | None) -> None:
     targets = [report_to] if isinstance(report_to, str) else list(report_to or [])
     if not ("wandb" in targets or "all" in targets) or "WANDB_MODE" in os.environ:
         return
-    if not _wandb_key_configured():
+    if not wandb_key_configured():
         os.environ["WANDB_MODE"] = "offline"
         logger.warning(
             "No wandb API key (WANDB_API_KEY or ~/.netrc): wandb logs offline; run `wandb sync` later."
