@@ -9,7 +9,9 @@ Sampled in batches, each seeded by (--seed, batch index), and appended to `{outp
 as each batch finishes: a killed run continues where it stopped with the queries the uninterrupted run
 would have drawn. Kept: queries that end their turn within --max_new_tokens, at least --min_chars
 long, not seen before (exact, whitespace-normalised). Written as a conversation-JSON list with ids
-`magpie-{n}` and `dataset` "magpie".
+`magpie-{n}` and `dataset` "magpie". A quota the filters do not fill stops after --tries_per_query
+x --num_queries samples, with what each filter rejected; a rerun with a lower --min_chars or a higher
+--tries_per_query continues from the batches sampled so far.
 
     python data/magpie_queries.py --model osd/demo/models/target --num_queries 2000 --output data/general/queries.json
 """
@@ -29,10 +31,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, 
 from osd.conversations import save_conversations
 from osd.datafiles import read_text, refuse_overwrite
 from osd.model_checks import check_model_path
+from osd.models import SERVING_DTYPES
 from osd.prompting import prompt_text
 from osd.user_errors import run_main
 
 MARK = "\x00QUERY\x00"
+# flags that change no sampled batch, left out of a partial file's settings: a rerun may change them
+UNSAMPLED = ("output", "num_queries", "num_threads", "tries_per_query", "min_chars")
 
 
 @dataclass
@@ -46,8 +51,17 @@ class MagpieArgs:
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
     seed: int = field(default=0, metadata={"help": "Seed; batch b samples with seed (seed, b)."})
-    dtype: str = field(default="bfloat16", metadata={"help": "Weights dtype."})
+    dtype: str = field(
+        default="bfloat16", metadata={"help": "Weights dtype.", "choices": list(SERVING_DTYPES)}
+    )
     num_threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)."})
+    tries_per_query: int = field(
+        default=10,
+        metadata={
+            "help": "Give up, saying what each filter rejected, once this many times --num_queries queries "
+            "are sampled and the quota is not filled (filters no sample passes would sample forever)."
+        },
+    )
     openers: list[str] = field(
         default_factory=list,
         metadata={
@@ -58,9 +72,15 @@ class MagpieArgs:
     )
 
     def __post_init__(self) -> None:
-        for flag in ("num_queries", "batch_size", "max_new_tokens"):
+        for flag in ("num_queries", "batch_size", "max_new_tokens", "min_chars", "tries_per_query"):
             if getattr(self, flag) < 1:
                 raise ValueError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
+        if self.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0 (queries are sampled), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
+        if self.num_threads < 0:
+            raise ValueError(f"--num_threads must be >= 0 (0 = torch's default), got {self.num_threads}")
 
 
 def user_prefix(tok: PreTrainedTokenizerBase) -> str:
@@ -111,13 +131,15 @@ def main(argv: list[str] | None = None) -> Path:
     refuse_overwrite({"--output": out, "its partial file": partial}, {"--model": args.model})
     out.parent.mkdir(parents=True, exist_ok=True)
     check_model_path(args.model)
-    settings = {k: v for k, v in asdict(args).items() if k not in ("output", "num_queries", "num_threads")}
+    settings = {k: v for k, v in asdict(args).items() if k not in UNSAMPLED}
     if not args.openers:
         del settings["openers"]  # partial files written before openers existed continue
     batches: list[list[str | None]] = []
     if partial.exists():
         lines = read_text(partial).splitlines()
-        if not lines or json.loads(lines[0]).get("settings") != settings:
+        saved = json.loads(lines[0]).get("settings") if lines else None
+        # files written before --min_chars was left out of the settings hold it: a rerun may change it
+        if not isinstance(saved, dict) or {k: v for k, v in saved.items() if k != "min_chars"} != settings:
             raise ValueError(f"{partial} was written with other settings; rerun with them or delete it")
         for n, line in enumerate(lines[1:], start=2):
             try:
@@ -139,6 +161,8 @@ def main(argv: list[str] | None = None) -> Path:
         tqdm(total=args.num_queries, initial=min(len(kept), args.num_queries), unit="query") as bar,
     ):
         while len(kept) < args.num_queries:
+            if sum(len(b) for b in batches) >= args.tries_per_query * args.num_queries:
+                raise ValueError(rejections(batches, kept, args, partial))
             model = (
                 model
                 or AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).eval()
@@ -157,6 +181,20 @@ def main(argv: list[str] | None = None) -> Path:
     drawn = sum(len(b) for b in batches)
     print(f"{out}: {len(records)} queries kept of {drawn} sampled ({len(batches)} batches)")
     return out
+
+
+def rejections(batches: list[list[str | None]], kept: list[str], args: MagpieArgs, partial: Path) -> str:
+    """Why the quota is not filled: what each filter rejected of the queries sampled."""
+    queries = [q for b in batches for q in b]
+    unfinished = sum(q is None for q in queries)
+    short = sum(q is not None and len(q) < args.min_chars for q in queries)
+    repeated = len(queries) - unfinished - short - len(kept)
+    return (
+        f"{len(kept)} of --num_queries {args.num_queries} kept after {len(queries)} sampled "
+        f"(--tries_per_query {args.tries_per_query}): {unfinished} did not end within --max_new_tokens "
+        f"{args.max_new_tokens}, {short} were shorter than --min_chars {args.min_chars}, {repeated} repeated an "
+        f"earlier one; loosen the filters or raise --tries_per_query (a rerun continues from {partial})"
+    )
 
 
 def _keep(queries: list[str | None], min_chars: int) -> list[str]:

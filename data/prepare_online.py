@@ -35,6 +35,10 @@ REFERENCE_INPUTS = {
     "finance": "gbharti_finance-alpaca_train.json",
 }
 
+STREAM_KINDS = ("abrupt", "drift", "mix")
+KIND_FLAGS = {"inputs": STREAM_KINDS, "output": STREAM_KINDS, "lengths": ("abrupt",),
+              "start_weights": ("drift",), "end_weights": ("drift",), "weights": ("mix",)}  # fmt: skip
+
 
 @dataclass
 class PrepareArgs:
@@ -42,7 +46,7 @@ class PrepareArgs:
         default=None,
         metadata={
             "help": "Stream kind; leave out to write the reference's sharp/smooth/online_sample files.",
-            "choices": ["abrupt", "drift", "mix"],
+            "choices": list(STREAM_KINDS),
         },
     )
     inputs: list[str] | None = field(
@@ -74,6 +78,25 @@ class PrepareArgs:
     output_dir: str = field(
         default=str(REPO_ROOT / "data"), metadata={"help": "Without --kind: where the three files go."}
     )
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"--n must be >= 1, got {self.n}")
+        for flag, kinds in KIND_FLAGS.items():
+            if getattr(self, flag) is not None and self.kind not in kinds:
+                given = f"--kind {self.kind}" if self.kind else "no --kind (the reference's files)"
+                raise ValueError(f"--{flag} is for --kind {' or '.join(kinds)}, not {given}")
+
+
+def check_per_input(flag: str, values: list[float] | None, inputs: int) -> None:
+    """A --lengths or --*weights flag: one non-negative value per input, not all 0."""
+    if values is None:
+        return
+    if len(values) != inputs:
+        raise ValueError(f"{flag} has {len(values)} values for {inputs} --inputs; give one per input")
+    if any(v < 0 for v in values) or not sum(values):
+        typed = " ".join(f"{v:g}" for v in values)
+        raise ValueError(f"{flag} {typed}: expected values >= 0, not all 0")
 
 
 def parse_inputs(items: list[str]) -> dict[str, Path]:
@@ -122,7 +145,10 @@ def main(argv: list[str] | None = None) -> None:
         if not args.inputs:
             raise ValueError(f"--kind {args.kind} needs --inputs name=path.json ...")
         output = Path(args.output or REPO_ROOT / "data" / f"{args.kind}.json")
-        write(build(args, load_sources(parse_inputs(args.inputs), {"--output": output})), output)
+        paths = parse_inputs(args.inputs)
+        for flag in ("lengths", "start_weights", "end_weights", "weights"):
+            check_per_input(f"--{flag}", getattr(args, flag), len(paths))
+        write(build(args, load_sources(paths, {"--output": output})), output)
         return
     out = {name: Path(args.output_dir) / f"{name}.json" for name in ("sharp", "smooth", "online_sample")}
     sources = load_sources(

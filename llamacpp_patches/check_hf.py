@@ -13,11 +13,19 @@ at a large gap, or early in every query, points to a conversion or prompt proble
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel
+# `python llamacpp_patches/check_hf.py`: the repository, not this folder, is the import root
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from .report import load_lines
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, PreTrainedModel  # noqa: E402
+
+from llamacpp_patches.report import load_lines  # noqa: E402
+from osd.model_checks import load_pretrained  # noqa: E402
+from osd.user_errors import run_main  # noqa: E402
 
 
 @torch.no_grad()
@@ -43,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, float] | None]:
     parser.add_argument("--model", required=True, help="HF folder of the model the GGUF was converted from")
     parser.add_argument("files", nargs="+", help="llama-osd-stream outputs with --osd-dump-ids")
     args = parser.parse_args(argv)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    model = load_pretrained(AutoModelForCausalLM, args.model, "--model", dtype=torch.float32).eval()
     lines = [x for f in args.files for x in load_lines(f)]
     drafts = {(x["file"], x["draft_model"]) for x in lines if x["mode"] == "speculative"}
     lines = [
@@ -65,4 +73,4 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, float] | None]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "llamacpp_patches.check_hf"))

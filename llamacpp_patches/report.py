@@ -34,7 +34,13 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from osd.cost_model import alpha_from_tokens_per_step, speedup, speedup_measured_verify
+# `python llamacpp_patches/report.py`: the repository, not this folder, is the import root
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from osd.cost_model import alpha_from_tokens_per_step, speedup, speedup_measured_verify  # noqa: E402
+from osd.datafiles import refuse_overwrite  # noqa: E402
+from osd.user_errors import run_main  # noqa: E402
 
 REQUIRED_KEYS = (
     "id",
@@ -206,6 +212,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
         parser.error(
             f"no such file: {' '.join(missing)} (write them with llamacpp_patches/run.py or demo.sh)"
         )
+    if args.json:
+        refuse_overwrite({"--json": args.json}, {f"input {f}": f for f in args.files})
     rows = summarize([x for f in args.files for x in load_lines(f)])
     if not rows:
         parser.error(f"no speculative lines in {' '.join(args.files)}: nothing to compare")
@@ -216,4 +224,4 @@ def main(argv: list[str] | None = None) -> list[Row]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    raise SystemExit(run_main(main, "llamacpp_patches.report"))

@@ -20,19 +20,28 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer, HfArgumentParser
+# `python llamacpp_patches/run.py`: the repository, not this folder, is the import root
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from osd.conversations import load_conversations, save_conversations, user_query
-from osd.prompting import encode_prompt
-from osd.spec import draft_vocab
-from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
+from transformers import AutoTokenizer, HfArgumentParser  # noqa: E402
 
-from .prompts import osd_template, template_mismatches
-from .report import format_table, load_lines, summarize
+from llamacpp_patches.prompts import osd_template, template_mismatches  # noqa: E402
+from llamacpp_patches.report import format_table, load_lines, summarize  # noqa: E402
+from osd.conversations import load_conversations, save_conversations, user_query  # noqa: E402
+from osd.datafiles import refuse_overwrite  # noqa: E402
+from osd.model_checks import load_pretrained  # noqa: E402
+from osd.prompting import encode_prompt  # noqa: E402
+from osd.spec import draft_vocab  # noqa: E402
+from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT  # noqa: E402
+from osd.user_errors import run_main  # noqa: E402
 
+# what a run writes under --out_dir (the draft vocabulary file only for a sub-vocabulary draft)
+OUTPUTS = "{label}_queries.json {label}.jsonl {label}_summary.json {label}_draft_vocab.json"
 DEFAULT_BINARY = str(Path(__file__).parent / "work" / "llama.cpp" / "build" / "bin" / "llama-osd-stream")
 
 
@@ -93,14 +102,26 @@ class StreamArgs:
     def __post_init__(self) -> None:
         if self.prompt_source not in ("ids", "template"):
             raise ValueError(f"--prompt_source must be 'ids' or 'template', got {self.prompt_source!r}")
-        if self.limit < 1 or self.max_new_tokens < 1 or self.gamma < 1:
+        for flag in ("limit", "max_new_tokens", "gamma", "threads"):
+            if getattr(self, flag) < 1:
+                raise ValueError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
+        if self.ctx_size is not None and self.ctx_size < 1:
             raise ValueError(
-                f"--limit, --max_new_tokens and --gamma must be >= 1, got {self.limit}, {self.max_new_tokens}, {self.gamma}"
+                f"--ctx_size must be >= 1 (or left out: what serving needs), got {self.ctx_size}"
             )
         if not Path(self.binary).exists():
             raise FileNotFoundError(
                 f"--binary {self.binary}: not built; run `bash llamacpp_patches/build.sh`"
             )
+        for flag in ("target_gguf", "draft_gguf"):
+            if not Path(getattr(self, flag)).is_file():
+                raise FileNotFoundError(
+                    f"--{flag} {getattr(self, flag)}: no such file (convert.sh writes them)"
+                )
+        try:
+            shlex.split(self.extra_args)
+        except ValueError as e:
+            raise ValueError(f"--extra_args {self.extra_args!r}: {e}") from None
         self.label = self.label or Path(self.draft_gguf).stem
 
 
@@ -134,7 +155,13 @@ def draft_vocab_file(args: StreamArgs, out_dir: Path) -> list[str]:
     FILE), else nothing."""
     if args.draft_vocab_from is None:
         return []
-    config = json.loads((Path(args.draft_vocab_from) / "config.json").read_text(encoding="utf-8"))
+    config_file = Path(args.draft_vocab_from) / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(
+            f"--draft_vocab_from {args.draft_vocab_from}: no readable config.json ({e})"
+        ) from None
     ids = config.get(draft_vocab.CONFIG_KEY)
     if not ids:
         return []
@@ -152,12 +179,25 @@ def stream(args: StreamArgs, data: Path, out: Path, template: str) -> None:
         *shlex.split(args.extra_args),
     ]  # fmt: skip
     print("+", shlex.join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    status = subprocess.run(cmd).returncode
+    if status != 0:
+        raise ValueError(
+            f"--binary {args.binary} exited with status {status} serving {data} (its messages are above; "
+            "check --target_gguf, --draft_gguf and --extra_args)"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     (args,) = HfArgumentParser(StreamArgs).parse_args_into_dataclasses(args=argv)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path)
+    out_dir = Path(args.out_dir)
+    outputs = {f"--out_dir file {name}": out_dir / name for name in OUTPUTS.format(label=args.label).split()}
+    inputs = {f"--data_path {path}": path for path in args.data_path}
+    for flag in ("target_gguf", "draft_gguf", "tokenizer_path", "draft_vocab_from", "binary"):
+        inputs[f"--{flag}"] = getattr(args, flag)
+    refuse_overwrite(outputs, inputs)
+    tokenizer = load_pretrained(
+        AutoTokenizer, args.tokenizer_path, "give the target's HF folder or hub name as --tokenizer_path"
+    )
     template = osd_template(tokenizer)
     records = collect_queries(args.data_path, args.limit)
     if args.prompt_source == "ids":
@@ -171,7 +211,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.ctx_size is None:
         lengths = [len(encode_prompt(tokenizer, user_query(r))) for r in records]
         args.ctx_size = needed_context(lengths, args.max_new_tokens, args.gamma)
-    out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = out_dir / f"{args.label}_queries.json"
     save_conversations(records, data)
@@ -191,4 +230,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "llamacpp_patches.run"))

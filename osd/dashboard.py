@@ -151,7 +151,20 @@ def main(argv: list[str] | None = None) -> None:
             for p in panels:
                 print(f"  {p.title}: {p.regex or ', '.join(p.y)} over {p.x}")
         return
-    print(f"workspace saved: {save(workspace, args.url)}")
+    from osd.distill.callbacks import wandb_key_configured  # with transformers: only when saving
+
+    if not wandb_key_configured():  # else wandb asks for a key on the terminal, or fails with a traceback
+        raise ValueError(
+            "saving the workspace needs a wandb API key: run `wandb login` or set WANDB_API_KEY "
+            "(or --print the spec, which needs none)"
+        )
+    import wandb
+
+    try:
+        url = save(workspace, args.url)
+    except wandb.errors.Error as e:
+        raise ValueError(f"wandb did not save the workspace ({' '.join(str(e).split())})") from e
+    print(f"workspace saved: {url}")
 
 
 if __name__ == "__main__":

@@ -24,9 +24,10 @@ matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
 from osd.conversations import load_conversations  # noqa: E402
+from osd.datafiles import refuse_overwrite  # noqa: E402
 from osd.distill.callbacks import METRICS_FILE, read_jsonl  # noqa: E402
 from osd.metric_keys import ALPHA, GROUP_KEY, QUERIES_SERVED, upgrade_entry  # noqa: E402
-from osd.user_errors import run_main  # noqa: E402
+from osd.user_errors import positive_float, run_main  # noqa: E402
 
 Series = tuple[list[float], list[float]]  # x = queries served, y = alpha
 
@@ -70,6 +71,7 @@ def group_series_key(entries: Sequence[dict], group: str) -> str:
 
 def moving_average(xs: Sequence[float], ys: Sequence[float], window: float) -> Series:
     """Mean of the points whose x lies in (x - window, x], at every x (points may be unevenly spaced)."""
+    assert window > 0, window  # else no point lies in the window
     out, start, total = [], 0, 0.0
     for i, x in enumerate(xs):
         total += ys[i]
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         "--label", action="append", help="a label per metrics file (default: its folder name)"
     )
     parser.add_argument("--out", required=True, help="PNG to write")
-    parser.add_argument("--window", type=float, default=50, help="moving-average window in queries")
+    parser.add_argument("--window", type=positive_float, default=50, help="moving-average window in queries")
     parser.add_argument(
         "--reference", action="append", type=_parse_reference, default=[], help="LABEL=ALPHA line"
     )
@@ -182,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
+    logs = {f"metrics {m}": Path(m) / METRICS_FILE if Path(m).is_dir() else m for m in args.metrics}
+    refuse_overwrite({"--out": args.out}, logs | {"--stream": args.stream})  # a run folder may hold the PNG
     labels = args.label or [
         Path(m).parent.name if m.endswith(".jsonl") else Path(m).name for m in args.metrics
     ]

@@ -44,6 +44,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type for a count that may be 0 (`--offline_steps`: 0 = none), else a usage error."""
+    value = int(text)  # a ValueError here is argparse's "invalid non_negative_int value"
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}; expected 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type for a size that must be above 0 (`--window`), else a usage error."""
+    value = float(text)  # a ValueError here is argparse's "invalid positive_float value"
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}; expected a number above 0")
+    return value
+
+
 @contextmanager
 def disk_full_as_oserror(folder: str | Path) -> Iterator[None]:
     """Within: a library's error for a failed write (a full disk) becomes an OSError naming `folder`;

@@ -157,7 +157,7 @@ CASES: dict[str, tuple[str, str, int, tuple[str, ...]]] = {
     ),
     "prepare_online --n -5 (wrote [])": (
         "prepare_online", "--kind mix --inputs a={conv} --n -5 --output {root}/m.json", 1,
-        ("n -5: expected a stream of at least 1 record",),
+        ("--n must be >= 1, got -5",),
     ),
     "the online demo into a folder holding its models (it empties its --output_dir)": (
         "online_demo", "--target {teacher} --draft {draft} --output_dir {root}", 1,

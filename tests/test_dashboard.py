@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 
 import pytest
 import wandb
@@ -12,6 +13,7 @@ import wandb_workspaces.workspaces as ws
 
 from osd.conversations import GROUP_FIELDS
 from osd.dashboard import NAME, build_workspace, main, save, sections
+from osd.user_errors import run_main
 
 URL = "https://wandb.ai/e/p?nw=abc123"
 
@@ -56,3 +58,17 @@ def test_url_replaces_the_sections_of_the_saved_workspace(saved, monkeypatch):
     save(build_workspace("e", "p", name="renamed"), URL)
     assert saved == [old]  # the loaded view is saved again: same id, updated in place
     assert old.name == "renamed" and [s.name for s in old.sections] == list(sections())
+
+
+def test_saving_without_a_wandb_key_is_a_one_line_error_without_network(monkeypatch, tmp_path, capsys):
+    """Issue 49: without a key, saving asked wandb, which prompts for one (a hang) or fails in a traceback."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(ws.Workspace, "save", refuse)
+    monkeypatch.setattr(sys, "argv", ["osd.dashboard", "--entity", "e", "--project", "p"])
+    assert run_main(main, "osd.dashboard") == 1
+    assert capsys.readouterr().err == (
+        "osd.dashboard: error: saving the workspace needs a wandb API key: run `wandb login` or set "
+        "WANDB_API_KEY (or --print the spec, which needs none)\n"
+    )

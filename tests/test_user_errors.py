@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from safetensors import SafetensorError
 
-from osd.user_errors import disk_full_as_oserror, positive_int, run_main
+from osd.user_errors import disk_full_as_oserror, non_negative_int, positive_int, run_main
 
 
 def fail(error: Exception) -> Callable[[], None]:
@@ -54,3 +54,16 @@ def test_a_count_flag_below_one_is_a_usage_error_naming_it(text, capsys):
     err = capsys.readouterr().err
     assert "argument --limit: " in err
     assert ("expected at least 1" in err) == (text != "two")
+
+
+@pytest.mark.parametrize("text", ["-1", "two"])
+def test_a_count_flag_below_zero_is_a_usage_error_naming_it(text, capsys):
+    parser = argparse.ArgumentParser(prog="tool")
+    parser.add_argument("--steps", type=non_negative_int)
+    assert parser.parse_args(["--steps", "0"]).steps == 0
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["--steps", text])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --steps: " in err
+    assert ("expected 0 or more" in err) == (text != "two")

@@ -47,7 +47,7 @@ from osd.online.updater import DraftUpdater, adamw_step
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
-from osd.user_errors import positive_int, run_main
+from osd.user_errors import non_negative_int, positive_int, run_main
 
 # the replay's defaults: an update after every query on its wrong positions, the draft served in float32
 PRESET = OnlineArguments(online_eval_interval=1, draft_serving_dtype="float32")
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--learning_rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--weight_decay", type=float, default=0.0)
     parser.add_argument(
-        "--offline_steps", type=int, default=0,
+        "--offline_steps", type=non_negative_int, default=0,
         help="also the offline ceiling: per group, the draft distilled for this many steps on the group's "
         "queries before its reported tail (and --offline_more's), then served on the tail",
     )  # fmt: skip
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
         "(records whose ids are in the stream are left out)",
     )  # fmt: skip
     parser.add_argument("--limit", type=positive_int, default=None, help="replay the first N queries only")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON file: per-query alpha, the summary and the command")
     parser.add_argument(
@@ -168,6 +168,10 @@ def main(argv: list[str] | None = None) -> dict:
         "(for benchmarks.draft_alpha or bench_engine)",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.offline_more and not args.offline_steps:
+        parser.error(
+            "--offline_more adds training queries to the offline ceiling: pass --offline_steps N too"
+        )
     outputs = {flag: path for flag, path in (("--out", args.out), ("--save_draft", args.save_draft)) if path}
     if outputs:
         inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))

@@ -25,12 +25,13 @@ from osd.analysis.recording import FORMAT, PromptRecord, Recording, paths, token
 from osd.conversations import load_conversations, user_query
 from osd.datafiles import refuse_overwrite
 from osd.model_checks import load_pretrained
+from osd.models import SERVING_DTYPES
 from osd.paths import repo_relative
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import context_limit
 from osd.spec.evaluate import target_only_greedy
-from osd.user_errors import positive_int, run_main
+from osd.user_errors import non_negative_int, positive_int, run_main
 
 
 @torch.inference_mode()
@@ -132,15 +133,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--output", required=True, help="output stem: writes STEM.jsonl (+ STEM.safetensors)")
     parser.add_argument("--limit", type=positive_int, default=None, help="record the first N records only")
-    parser.add_argument("--max_new_tokens", type=int, default=128)
+    parser.add_argument("--max_new_tokens", type=positive_int, default=128)
     parser.add_argument(
         "--top_k", type=int, default=0, help="also record the top-k logits per position (0: no)"
     )
     parser.add_argument(
         "--temperature", type=float, default=1.0, help="softmax temperature of the top-k alpha"
     )
-    parser.add_argument("--dtype", default="auto", help="auto (the folder's), float32, bfloat16, ...")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", *SERVING_DTYPES),
+        help="the target's weights (auto: the folder's)",
+    )
+    parser.add_argument(
+        "--threads", type=non_negative_int, default=0, help="torch CPU threads (0: torch's default)"
+    )
     args = parser.parse_args(argv)
     refuse_overwrite(
         dict(zip(("--output", "--output (tensors)"), paths(args.output), strict=True)),

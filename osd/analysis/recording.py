@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
@@ -25,6 +26,9 @@ from osd.datafiles import json_lines, read_text, write_text
 from osd.model_checks import SPECIAL_IDS
 
 FORMAT = "osd-recording/1"
+
+
+TENSORS = ("topk_ids", "topk_logits", "logsumexp")  # per prompt record i in the tensor file: `{name}.{i}`
 
 
 class RecordingError(ValueError):
@@ -114,15 +118,22 @@ def load_recording(stem: str | Path) -> Recording:
     if header.get("top_k"):
         if not tensors.is_file():
             raise RecordingError(f"{jsonl}: its header says top_k={header['top_k']} but {tensors} is missing")
-        arrays = load_file(str(tensors))
+        try:
+            arrays = load_file(str(tensors))
+        except SafetensorError as e:
+            raise RecordingError(
+                f"{tensors}: not a readable tensor file ({e}); the recording is torn: record it again"
+            ) from None
+        if set(arrays) != {f"{k}.{i}" for i in range(len(rows)) for k in TENSORS}:
+            held = len({name.partition(".")[2] for name in arrays})
+            raise RecordingError(
+                f"{tensors} holds the top-k tensors of {held} prompt records, {jsonl} {len(rows)}: the two files "
+                "are not one recording (one is cut short, or from another run); record it again"
+            )
     prompts = []
     for i, row in enumerate(rows):
         try:
-            prompts.append(
-                PromptRecord(
-                    **row, **{k: arrays.get(f"{k}.{i}") for k in ("topk_ids", "topk_logits", "logsumexp")}
-                )
-            )
+            prompts.append(PromptRecord(**row, **{k: arrays.get(f"{k}.{i}") for k in TENSORS}))
         except TypeError as e:
             raise RecordingError(f"{jsonl}, line {i + 2}: not a prompt record ({e})") from e
     return Recording(header, prompts)

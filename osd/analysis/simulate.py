@@ -52,6 +52,7 @@ from osd.analysis.recording import (
 )
 from osd.datafiles import refuse_overwrite
 from osd.model_checks import load_pretrained
+from osd.models import SERVING_DTYPES
 from osd.paths import repo_relative
 from osd.spec.cached_model import CachedModel
 from osd.spec.decoder import MAX_VOCAB_PADDING, context_limit
@@ -59,7 +60,7 @@ from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag, parse_gamma
 from osd.spec.sampling import greedy
-from osd.user_errors import run_main
+from osd.user_errors import positive_int, run_main
 
 
 @dataclass
@@ -236,11 +237,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--draft", required=True, help="draft model folder or hub id")
     parser.add_argument("--tokenizer", default=None, help="the draft's tokenizer when its folder has none")
     add_gamma_flag(parser, GAMMA_DEFAULT, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
-    parser.add_argument("--max_new_tokens", type=int, default=None, help="default: the recording's")
+    parser.add_argument("--max_new_tokens", type=positive_int, default=None, help="default: the recording's")
     parser.add_argument(
         "--output", required=True, help="stem: writes STEM.jsonl, STEM.txt, STEM.summary.json"
     )
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", *SERVING_DTYPES),
+        help="the draft's weights (auto: the folder's)",
+    )
     args = parser.parse_args(argv)
     refuse_overwrite(
         dict(

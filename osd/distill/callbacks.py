@@ -37,16 +37,13 @@ class MetricsJsonlCallback(TrainerCallback):
     `resume_lines` lines written before its checkpoint was saved (set by the trainer from the
     checkpoint; without it, the lines up to the resumed step), so what the interrupted run logged
     after its checkpoint (and a line torn by a crash) is dropped and nothing is duplicated.
-    `lines` counts the lines of the file: a checkpoint records it. After a resume, the end-of-train
-    `train_loss` (Trainer's mean over the steps of its own train() call) becomes the mean over the
-    whole run (`whole_run_loss`), here and for the callbacks after this one (wandb).
+    `lines` counts the lines of the file: a checkpoint records it.
     """
 
     def __init__(self) -> None:
         self._file: IO[str] | None = None
         self.lines = 0
         self.resume_lines: int | None = None
-        self.start_step = 0  # the step this train() call started from
 
     def _open(self, args: TrainingArguments) -> IO[str]:
         if self._file is None:
@@ -76,7 +73,6 @@ class MetricsJsonlCallback(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
     ) -> None:
-        self.start_step = state.global_step
         if state.is_world_process_zero:
             self.restart(args, state.global_step)
 
@@ -90,10 +86,6 @@ class MetricsJsonlCallback(TrainerCallback):
     ) -> None:
         if not state.is_world_process_zero or not logs:
             return
-        if "train_loss" in logs and self.start_step:
-            logs["train_loss"] = whole_run_loss(
-                state.log_history, self.start_step, logs["train_loss"], state.global_step
-            )
         f = self._open(args)
         f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, **logs}, default=float) + "\n")
         f.flush()
@@ -105,19 +97,6 @@ class MetricsJsonlCallback(TrainerCallback):
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def whole_run_loss(log_history: list[dict], start: int, call_loss: float, step: int) -> float:
-    """The mean loss over steps 1..`step` of a run resumed at `start`: the `loss` entries logged up to
-    `start` (each the mean over the steps since the previous one) and `call_loss`, the mean over the
-    steps after it. `call_loss` itself when the entries do not reach `start` (a logging interval that
-    does not divide it: the losses of its last steps are not known)."""
-    logged = [(h["step"], h["loss"]) for h in log_history if "loss" in h and h["step"] <= start]
-    if not logged or logged[-1][0] != start:
-        return call_loss
-    steps = [s for s, _ in logged]
-    before = sum(loss * (s - prev) for (s, loss), prev in zip(logged, [0, *steps[:-1]], strict=True))
-    return (before + call_loss * (step - start)) / step
 
 
 def _step_of(line: str) -> float:
@@ -157,7 +136,8 @@ def reproducible(entries: list[dict]) -> list[dict]:
     return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in entries if "train_runtime" not in e]
 
 
-def _wandb_key_configured() -> bool:
+def wandb_key_configured() -> bool:
+    """Whether wandb finds an API key: WANDB_API_KEY, or `wandb login`'s entry in ~/.netrc."""
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:
@@ -174,7 +154,7 @@ def setup_wandb(report_to: list[str] | str | None) -> None:
     targets = [report_to] if isinstance(report_to, str) else list(report_to or [])
     if not ("wandb" in targets or "all" in targets) or "WANDB_MODE" in os.environ:
         return
-    if not _wandb_key_configured():
+    if not wandb_key_configured():
         os.environ["WANDB_MODE"] = "offline"
         logger.warning(
             "No wandb API key (WANDB_API_KEY or ~/.netrc): wandb logs offline; run `wandb sync` later."

@@ -242,6 +242,13 @@ class DistillTrainingArguments(OnlineArguments, TrainingArguments):
         self.max_propose_num = parse_gamma(self.max_propose_num, plain_decoding=NEEDS_PROPOSALS)
         if self.max_new_tokens < 1:
             raise ValueError(f"--max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        # Trainer takes max_steps 0 as "not set" (it trains --num_train_epochs) and epochs 0 as no step at all
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(
+                f"--max_steps must be >= 1, or -1 to train --num_train_epochs; got {self.max_steps}"
+            )
+        if self.num_train_epochs <= 0:
+            raise ValueError(f"--num_train_epochs must be > 0, got {self.num_train_epochs}")
         if (self.draft_vocab_size is None) != (self.draft_vocab_counts is None):
             raise ValueError(
                 "--draft_vocab_size and --draft_vocab_counts go together (the size, and the file to pick from)"

@@ -58,6 +58,12 @@ def student_draft_vocab(
     counts = load_token_counts(args.draft_vocab_counts)
     always = tokenizer.all_special_ids if tokenizer is not None else []
     ids = select_token_ids(counts["counts"], args.draft_vocab_size, always)
+    if len(ids) < args.draft_vocab_size:
+        raise ValueError(
+            f"--draft_vocab_size {args.draft_vocab_size}: --draft_vocab_counts {args.draft_vocab_counts} holds "
+            f"{len(counts['counts'])} distinct tokens ({len(ids)} with the special ones), so the head would have "
+            f"{len(ids)}; ask for at most {len(ids)}, or count more text (data/token_counts.py)"
+        )
     set_draft_vocab(student, ids)
     covered = sum(counts["counts"].get(t, 0) for t in ids) / max(1, counts["num_tokens"])
     logger.info(

@@ -13,9 +13,12 @@ holds, accelerate/DeepSpeed and `report_to` are inherited):
   not a loss. With `eval_on_start` (default on) it also runs before the first step: "Standard" SD;
 - `--report_to wandb`: osd.distill.callbacks.OsdWandbCallback in place of HF's WandbCallback (the run's
   models, data and method in its config, a default run name, queries served as the online metrics' x-axis);
-- checkpoints: written to a staging folder with the sampling generator's state and committed
-  atomically (osd.distill.run_dir); `train` resumes only complete ones, takes `True`/`'last'` for
-  the newest, and restores (does not train) a checkpoint already at max_steps.
+- checkpoints: written to a staging folder with the sampling generator's state and the sum of the
+  run's step losses, and committed atomically (osd.distill.run_dir); `train` resumes only complete
+  ones, takes `True`/`'last'` for the newest, and restores (does not train) a checkpoint already at
+  max_steps;
+- `train_loss` (the end-of-train summary): the mean step loss over the whole run, also after a
+  resume (Trainer's is over the steps of its own train() call).
 
 Limits: the student generates its samples unsharded (DDP and device_map teachers work; DeepSpeed
 ZeRO-3 would need its parameters gathered for generation). Every process measures alpha on the
@@ -24,8 +27,8 @@ whole eval set.
 
 from __future__ import annotations
 
+import json
 import logging
-import math
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +60,8 @@ from osd.spec.draft_vocab import compact_logits, restrict_divergence
 logger = logging.getLogger(__name__)
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+# in a checkpoint: {"loss_sum", "steps"}, the step losses summed over steps 1..steps
+LOSS_FILE = "train_loss.json"
 
 
 def check_vocabularies(
@@ -127,6 +132,8 @@ class DistillTrainer(Trainer):
                   "teacher_model_path": getattr(teacher_model, "name_or_path", None)}  # fmt: skip
         self._use_osd_wandb(run_config(args, **(models | (run_info or {}))))
         self._staging: Path | None = None  # set while a checkpoint is being written
+        # the step losses summed before this train() call (from the checkpoint resumed); None: unknown
+        self._loss_before: float | None = 0.0
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
         """Trainer's optimizer; with --draft_vocab_rows_only each step also writes the trained rows back."""
@@ -165,7 +172,8 @@ class DistillTrainer(Trainer):
             )
         if checkpoint.global_step == max_steps:
             return self._restore_finished(checkpoint)
-        return super().train(str(checkpoint.path), **kwargs)
+        output = super().train(str(checkpoint.path), **kwargs)
+        return output._replace(training_loss=output.metrics["train_loss"])  # the whole run's (see log)
 
     def planned_max_steps(self) -> int:
         """The step at which train() stops, as Trainer computes it from the flags and the data."""
@@ -181,7 +189,8 @@ class DistillTrainer(Trainer):
         self.state = TrainerState.load_from_json(str(checkpoint.path / "trainer_state.json"))
         if self.state.is_world_process_zero:
             self.metrics.restart(self.args, self.state.global_step)
-        return TrainOutput(self.state.global_step, math.nan, {})
+        loss = None if self._loss_before is None else self._loss_before / max(checkpoint.global_step, 1)
+        return TrainOutput(self.state.global_step, loss, {})
 
     def make_training_batch(self, batch: dict) -> dict:
         """Collated prompts (+ data-set answers) -> a training batch with `--sample_source` responses."""
@@ -311,16 +320,40 @@ class DistillTrainer(Trainer):
         return folder / f"sample_rng{suffix}.pt"
 
     def _save_run_state(self, folder: Path) -> None:
-        """What a checkpoint needs besides Trainer's files: the sampling generator (mix_* sources, sampling)."""
+        """What a checkpoint needs besides Trainer's files: the sampling generator (mix_* sources, sampling),
+        and the step losses summed so far (the whole run's train_loss after a resume)."""
         folder.mkdir(parents=True, exist_ok=True)
         torch.save(self.sample_generator.get_state(), self._rng_file(folder))
+        if self.args.should_save and self._loss_before is not None:
+            # Trainer's accumulator: _total_loss_scalar (drained at each log) + _tr_loss (since the last log)
+            loss_sum = self._loss_before + self._total_loss_scalar + self._tr_loss.item()
+            (folder / LOSS_FILE).write_text(
+                json.dumps({"loss_sum": loss_sum, "steps": self.state.global_step})
+            )
 
     def _load_run_state(self, folder: Path | None) -> None:
         """Restore what _save_run_state saved (None: a fresh start, re-seeded)."""
         if folder is None:
             self.sample_generator.manual_seed(self.args.seed)
+            self._loss_before = 0.0
             return
         self.sample_generator.set_state(torch.load(self._rng_file(folder), weights_only=True))
+        loss_file = folder / LOSS_FILE
+        if loss_file.exists():
+            self._loss_before = json.loads(loss_file.read_text())["loss_sum"]
+        else:
+            self._loss_before = None
+            logger.warning(
+                "%s holds no %s (an older version wrote it): the end-of-train train_loss covers the steps "
+                "after it only", folder, LOSS_FILE,
+            )  # fmt: skip
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer's; its end-of-train `train_loss` (its summed step losses over the steps of this train()
+        call) becomes the mean over the whole run: the sum the resumed checkpoint carried is added."""
+        if "train_loss" in logs and self._loss_before is not None and self.state.global_step > 0:
+            logs["train_loss"] = (self._loss_before + self._total_loss_scalar) / self.state.global_step
+        super().log(logs, start_time)
 
     # ---- evaluation: acceptance rate ---------------------------------------------------------
 

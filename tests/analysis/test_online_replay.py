@@ -224,3 +224,16 @@ def test_limit_replays_the_first_queries_only(recorded_file, tmp_path):
     assert [q["id"] for q in served["standard"]] == [q["id"] for q in served["online"]] == first
     with pytest.raises(SystemExit):
         online_replay.main(flags + ["--limit", "0"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--offline_steps", "-1"], "argument --offline_steps: -1; expected 0 or more"),
+     (["--threads", "0"], "argument --threads: 0; expected at least 1"),
+     (["--offline_more", "r", "c.json"], "--offline_more adds training queries to the offline ceiling")],
+)  # fmt: skip
+def test_bad_flags_are_usage_errors_before_anything_loads(flags, message, capsys):
+    """Issue 49: --offline_steps -1 printed the untrained draft as the offline "ceiling"."""
+    with pytest.raises(SystemExit) as exit_info:
+        online_replay.main(["--recording", "none", "--stream", "none.json", "--draft", "none", *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from osd.analysis.record import main as record_main
 from osd.analysis.record import record_conversations, record_prompts
 from osd.analysis.recording import RecordingError, load_recording, tokenizer_identity
+from osd.analysis.simulate import main as simulate_main
 from osd.analysis.simulate import simulate
 from osd.paths import DRAFT_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.spec import SpeculativeDecoder
@@ -129,3 +130,38 @@ def test_record_command_writes_what_record_conversations_returns_on_the_threads_
     )
     assert [p.output_ids for p in saved.prompts] == [p.output_ids for p in direct.prompts]
     assert saved.header["top_k"] == 4 and len(saved.prompts) == 2
+
+
+@pytest.mark.parametrize("cut", ["tensors", "records"])
+def test_a_cut_short_recording_is_refused_naming_the_file(tmp_path, cut):
+    """Issue 49: a truncated tensor file raised safetensors' own error, a traceback; a records file cut
+    at a line boundary was read as a shorter recording."""
+    stem = tmp_path / "rec"
+    jsonl, tensors = stem.with_suffix(".jsonl"), stem.with_suffix(".safetensors")
+    record_conversations(
+        TINY_TEACHER_PATH, workload_path("sql", "eval"), limit=2, max_new_tokens=4, top_k=4
+    ).save(stem)
+    if cut == "tensors":
+        tensors.write_bytes(tensors.read_bytes()[:-40])
+        message = f"{tensors}: not a readable tensor file"
+    else:
+        jsonl.write_text("".join(jsonl.read_text().splitlines(keepends=True)[:-1]))
+        message = (
+            f"{tensors} holds the top-k tensors of 2 prompt records, {jsonl} 1: the two files are not one"
+        )
+    with pytest.raises(RecordingError) as error:
+        load_recording(stem)
+    assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize("tool", [record_main, simulate_main])
+def test_a_dtype_typo_is_a_usage_error(tool, tmp_path, capsys):
+    flags = (
+        ["--target", "t", "--conversations", "c.json"]
+        if tool is record_main
+        else ["--recording", "r", "--draft", "d"]
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        tool([*flags, "--output", str(tmp_path / "out"), "--dtype", "bf16"])
+    assert exit_info.value.code == 2
+    assert "argument --dtype: invalid choice: 'bf16'" in capsys.readouterr().err

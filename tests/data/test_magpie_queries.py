@@ -40,3 +40,38 @@ def test_openers_start_the_user_turn_in_turn(tmp_path):
         opener = magpie_queries.opener_of(["SELECT", "What is"], b)
         assert all(q.startswith(opener) for q in batch if q is not None), (b, batch)
     assert [magpie_queries.opener_of(["A", "B"], b) for b in range(4)] == ["", "A", "B", ""]
+
+
+def test_a_quota_no_sample_can_fill_stops_saying_what_each_filter_rejected(tmp_path):
+    """Issue 49: with a --min_chars no query reaches, the sampling loop ran forever."""
+    out = tmp_path / "q.json"
+    argv = [*FLAGS, "--num_queries", "2", "--tries_per_query", "2", "--output", str(out)]
+    with pytest.raises(ValueError) as error:
+        magpie_queries.main([*argv, "--min_chars", "100000"])
+    message = str(error.value)
+    assert message.startswith("0 of --num_queries 2 kept after 4 sampled (--tries_per_query 2): ")
+    unfinished, short = (
+        int(message.split(word)[0].split()[-1]) for word in (" did not end", " were shorter")
+    )
+    assert unfinished + short == 4 and short > 0 and "shorter than --min_chars 100000" in message
+    assert not out.exists()
+    magpie_queries.main(argv)  # --min_chars 1: continues from the 2 batches sampled, no more needed
+    assert len(queries(out)) == 2
+    assert len((tmp_path / "q.partial.jsonl").read_text().splitlines()) == 1 + 2
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--top_p", "1.5"), ("--top_p", "0"), ("--temperature", "0"), ("--min_chars", "0"),
+     ("--tries_per_query", "0"), ("--num_threads", "-1")],
+)  # fmt: skip
+def test_a_flag_out_of_range_is_refused_naming_it(flag, value, tmp_path):
+    with pytest.raises(ValueError, match=f"^{flag} must be"):
+        magpie_queries.main([*FLAGS, flag, value, "--output", str(tmp_path / "q.json")])
+    assert not (tmp_path / "q.partial.jsonl").exists()
+
+
+def test_a_dtype_typo_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        magpie_queries.main([*FLAGS, "--dtype", "bf16", "--output", str(tmp_path / "q.json")])
+    assert "argument --dtype: invalid choice: 'bf16'" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """data/prepare_online.py: the reference's sharp/smooth files and the general CLI."""
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -68,3 +69,24 @@ def test_general_kinds_and_flag_errors(tmp_path):
         prepare_online.main(["--kind", "drift", "--inputs", f"a={a}", f"b={b}", "--output", str(out)])
     with pytest.raises(ValueError, match="expected name=path.json"):
         prepare_online.main(["--kind", "mix", "--inputs", str(a), "--output", str(out)])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--kind", "mix", "--weights", "-1", "2"], "--weights -1 2: expected values >= 0, not all 0"),
+     (["--kind", "mix", "--weights", "0", "0"], "--weights 0 0: expected values >= 0, not all 0"),
+     (["--kind", "mix", "--weights", "1"], "--weights has 1 values for 2 --inputs"),
+     (["--kind", "abrupt", "--lengths", "2", "-1"], "--lengths 2 -1: expected values >= 0"),
+     (["--kind", "drift", "--start_weights", "1", "0", "--end_weights", "-0.5", "1"], "--end_weights -0.5 1: "),
+     (["--kind", "mix", "--n", "0"], "--n must be >= 1, got 0"),
+     (["--kind", "mix", "--lengths", "2", "3"], "--lengths is for --kind abrupt, not --kind mix"),
+     ([], "--inputs is for --kind abrupt or drift or mix, not no --kind")],
+)  # fmt: skip
+def test_a_bad_flag_value_is_refused_naming_the_flag(tmp_path, flags, message):
+    """Issue 49: --weights -1 2 was refused as "start_weights [-1.0, 2.0]", an internal argument's name."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_source(a, "a", 3)
+    write_source(b, "b", 4)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        prepare_online.main([*flags, "--inputs", f"a={a}", f"b={b}", "--output", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()

@@ -121,6 +121,24 @@ def test_online_update_interval_zero_is_static_and_below_is_refused(tmp_path):
         DistillTrainingArguments(output_dir=str(tmp_path), online_update_interval=-1)
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [("max_steps", 0, "--max_steps must be >= 1, or -1"), ("max_steps", -2, "--max_steps must be >= 1, or -1"),
+     ("num_train_epochs", 0, "--num_train_epochs must be > 0, got 0"),
+     ("num_train_epochs", -1.0, "--num_train_epochs must be > 0, got -1")],
+)  # fmt: skip
+def test_no_steps_to_train_is_refused(flag, value, message, tmp_path):
+    """Issue 49: --max_steps 0 trained one step (Trainer reads 0 as "not set"); --num_train_epochs 0 saved
+    the untrained student as the result."""
+    from osd.distill.config import DistillTrainingArguments
+
+    with pytest.raises(ValueError, match=message):
+        DistillTrainingArguments(output_dir=str(tmp_path), **{flag: value})
+    assert (
+        DistillTrainingArguments(output_dir=str(tmp_path), max_steps=-1, num_train_epochs=0.5).max_steps == -1
+    )
+
+
 @pytest.mark.slow
 def test_refusal_is_one_error_line_without_traceback(saved_pair, tmp_path):
     """`python -m osd.train` into a used --output_dir: exit status 1 and the reason, no traceback."""

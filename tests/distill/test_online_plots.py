@@ -72,3 +72,22 @@ def test_logs_from_before_the_hierarchical_names_still_plot(tmp_path):
     assert alpha_series(entries) == ([1.0, 2.0], [0.1, 0.2])
     assert alpha_series(entries, group_series_key(entries, "sql")) == ([1.0, 2.0], [0.2, 0.2])
     assert entries[-1] == {"step": 3, "queries": 7, "loss": 1.0}  # not an online entry: left as it was
+
+
+@pytest.mark.parametrize("window", ["0", "-1", "nan"])
+def test_a_window_of_no_queries_is_a_usage_error(tmp_path, window, capsys):
+    """Issue 49: --window 0 or -1 divided by zero in the moving average (a traceback)."""
+    write_log(tmp_path, [{"step": 1, "queries_served": 1, "alpha": 0.5}])
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path), "--out", str(tmp_path / "alpha.png"), "--window", window])
+    assert exit_info.value.code == 2
+    assert f"argument --window: {window}; expected a number above 0" in capsys.readouterr().err
+    assert not (tmp_path / "alpha.png").exists()
+
+
+def test_the_png_is_never_written_over_an_input(tmp_path):
+    write_log(tmp_path, [{"step": 1, "queries_served": 1, "alpha": 0.5}])
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="--out .* is the input file"):
+        main([str(tmp_path), "--out", str(tmp_path / "metrics.jsonl")])
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before

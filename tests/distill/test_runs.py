@@ -175,3 +175,23 @@ def test_train_loss_after_a_resume_covers_the_whole_run(saved_pair, data, tmp_pa
     steps = [m["loss"] for m in read_metrics(out) if "loss" in m]
     assert whole == pytest.approx(sum(steps) / 4, rel=1e-5) and steps[0] != pytest.approx(steps[-1])
     assert train_loss() == pytest.approx(whole, rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["offline", "online"])
+def test_train_loss_after_a_resume_between_logged_steps_covers_the_whole_run(
+    saved_pair, data, tmp_path, mode
+):
+    """Issue 49: resumed at checkpoint-2 with a loss logged at step 3 only, train_loss averaged the
+    resumed call's steps (3.878 uninterrupted vs 4.351 resumed); the checkpoint now carries the sum."""
+    out = tmp_path / "run"
+    argv = cli_argv(*saved_pair, data, out, "--mode", mode, "--max_steps", "4", "--logging_steps", "3",
+                    "--resume_from_checkpoint", "last", batch_size=1)  # fmt: skip
+
+    def train_loss() -> float:
+        return next(m["train_loss"] for m in reversed(read_metrics(out)) if "train_loss" in m)
+
+    main(argv)
+    whole = train_loss()
+    simulate_crash_after(out, 2)
+    main(argv)  # steps 3 and 4 again, from checkpoint-2: no loss was logged before it
+    assert train_loss() == pytest.approx(whole, rel=1e-5)

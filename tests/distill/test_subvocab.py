@@ -75,6 +75,18 @@ def test_the_two_flags_go_together(tmp_path):
         make_trainer(tmp_path, stream, draft, target, draft_vocab_size=SIZE)
 
 
+def test_a_size_beyond_the_counted_tokens_is_refused_naming_the_flag_and_the_file(tmp_path):
+    """Issue 49: --draft_vocab_size 5000 over a counts file of 36 tokens built a 36-token head (INFO only)."""
+    draft, target = make_pair()
+    stream = write_stream(tmp_path / "stream.json", 2)
+    counts = counts_file(tmp_path)  # 24 + 24 counted ids and the 4 special ones: 52 at most
+    with pytest.raises(ValueError, match=rf"--draft_vocab_size 60: --draft_vocab_counts {counts} holds 48 "):
+        make_trainer(tmp_path, stream, draft, target, draft_vocab_size=60, draft_vocab_counts=counts)
+    assert draft_vocab_ids(draft) is None  # no head installed
+    make_trainer(tmp_path, stream, draft, target, draft_vocab_size=52, draft_vocab_counts=counts)
+    assert draft_vocab_ids(draft).numel() == 52
+
+
 # ---- --draft_vocab_rows_only ----------------------------------------------------------------------
 
 
