@@ -133,3 +133,21 @@ def fit_lengths(
             "lower it"
         )
     return model_max_length, limit
+
+
+def check_vocabularies(
+    student: PreTrainedModel, teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None
+) -> None:
+    """Distillation compares distributions token by token: one vocabulary for both models."""
+    s, t = student.config.vocab_size, teacher.config.vocab_size
+    if s != t:
+        raise ValueError(
+            f"--student_model_path has vocab_size {s} but --teacher_model_path has {t}; "
+            "use a student and teacher that share a tokenizer and vocabulary"
+        )
+    if tokenizer is not None and len(tokenizer) > s:
+        raise ValueError(
+            f"the teacher's tokenizer has {len(tokenizer)} tokens, more than the models' vocab_size {s}"
+        )
+    if student.config.is_encoder_decoder != teacher.config.is_encoder_decoder:
+        raise ValueError("student and teacher must both be decoder-only or both encoder-decoder")

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import Dataset
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerState
+from transformers import PreTrainedModel, Trainer, TrainerState
 from transformers.integrations import WandbCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
 
@@ -54,6 +54,7 @@ from osd.distill.losses import get_divergence
 from osd.distill.sources import SamplingConfig, sample_responses
 from osd.distill.subvocab import student_draft_vocab, train_tied_rows_only
 from osd.metric_keys import group_alphas
+from osd.model_checks import check_vocabularies
 from osd.spec import AcceptanceStats, GammaPolicy, SpeculativeDecoder
 from osd.spec.draft_vocab import compact_logits, restrict_divergence
 
@@ -62,24 +63,6 @@ logger = logging.getLogger(__name__)
 MODEL_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
 # in a checkpoint: {"loss_sum", "steps"}, the step losses summed over steps 1..steps
 LOSS_FILE = "train_loss.json"
-
-
-def check_vocabularies(
-    student: PreTrainedModel, teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None
-) -> None:
-    """Distillation compares distributions token by token: one vocabulary for both models."""
-    s, t = student.config.vocab_size, teacher.config.vocab_size
-    if s != t:
-        raise ValueError(
-            f"--student_model_path has vocab_size {s} but --teacher_model_path has {t}; "
-            "use a student and teacher that share a tokenizer and vocabulary"
-        )
-    if tokenizer is not None and len(tokenizer) > s:
-        raise ValueError(
-            f"the teacher's tokenizer has {len(tokenizer)} tokens, more than the models' vocab_size {s}"
-        )
-    if student.config.is_encoder_decoder != teacher.config.is_encoder_decoder:
-        raise ValueError("student and teacher must both be decoder-only or both encoder-decoder")
 
 
 class DistillTrainer(Trainer):

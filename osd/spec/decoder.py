@@ -17,12 +17,12 @@ one is fed at the next verification), the draft cache holds at most L - 1.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from osd.spec.adaptive import GammaPolicy
+from osd.spec.batch_step import BatchRow, batch_step
 from osd.spec.batched import RowCache
 from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import apply_draft_vocab
@@ -31,7 +31,6 @@ from osd.spec.llama_draft import LlamaDraftCache, draft_cache
 from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import (
     accept_reject,
-    accept_reject_rows,
     acceptance_probability,
     greedy,
     logits_to_probs,
@@ -179,7 +178,7 @@ class SpeculativeDecoder:
         self._check_prompt(input_ids[mask.bool()][None])
         start, eos = time.perf_counter(), _eos(eos_token_id)
         rows = [
-            _Row(
+            BatchRow(
                 prefix, len(prefix), return_target_logits, budget=self._budget(prefix, max_new_tokens, row=i)
             )
             for i, prefix in enumerate(self._prefixes(prompts))
@@ -189,9 +188,9 @@ class SpeculativeDecoder:
         times = StepTimes()
         active = list(range(len(rows)))  # rows still decoding, in cache order
         while active:
-            finished = self._batch_step(
-                [rows[i] for i in active], draft, target, times, eos, temperature, top_p, generator
-            )
+            batch = [rows[i] for i in active]
+            finished = batch_step(batch, draft, target, times, eos, self.next_gamma(len(batch)), self.vocab_size,
+                                  self.policy, temperature, top_p, generator)  # fmt: skip
             active = [i for i, done in zip(active, finished, strict=True) if not done]
         wall = time.perf_counter() - start  # every row's timings are the whole batch's
         return [row.to_output(eos, times, wall, input_ids.device) for row in rows]
@@ -317,104 +316,6 @@ class SpeculativeDecoder:
         q = torch.cat(probs) if probs else torch.empty(0)
         return torch.cat(proposed), q
 
-    def _batch_step(
-        self,
-        rows: list[_Row],
-        draft: RowCache,
-        target: RowCache,
-        times: StepTimes,
-        eos: set[int],
-        temperature: float,
-        top_p: float,
-        gen: torch.Generator | None,
-    ) -> list[bool]:
-        """`_step` over the active rows of `generate_batch` (`osd.spec.batched`); returns which rows finished."""
-        V = self.vocab_size
-        t0 = time.perf_counter()
-        committed = torch.tensor([len(r.tokens) for r in rows])  # [B]
-        gamma = self.next_gamma(len(rows))
-        limits = torch.tensor([min(gamma, r.budget - r.num_generated - 1) for r in rows])  # [B] k_i
-        k = int(limits.max())
-        draft_tokens = torch.empty(len(rows), 0, dtype=torch.long)  # [B, k]
-        q = None  # [B, k, V] when sampling
-        if k > 0:
-            draft_tokens, q = self._propose_batch(draft, [r.tokens for r in rows], k, temperature, top_p, gen)
-        draft_lists = draft_tokens.tolist()  # also waits for the device, so the timings are honest
-        # proposals after a drafted EOS cannot be emitted: do not count them
-        limits = torch.tensor(
-            [
-                next((j + 1 for j, t in enumerate(d[:lim]) if t in eos), lim)
-                for d, lim in zip(draft_lists, limits.tolist(), strict=True)
-            ]
-        )
-        t1 = time.perf_counter()
-        feed, feed_mask = target.feed_unseen([r.tokens for r in rows])
-        verify_in = torch.cat([feed, draft_tokens], 1)  # [B, u + k]
-        verify_mask = torch.cat([feed_mask, torch.ones_like(draft_tokens)], 1)
-        logits = target.forward(verify_in, verify_mask, num_logits=k + 1)[..., :V]  # [B, k + 1, V]
-        t2 = time.perf_counter()
-        if self.policy is not None and feed.shape[1] == 1:  # not a prefill
-            self.policy.observe_verify(len(rows), k, t2 - t1)
-        draft_tokens, limits = draft_tokens.to(logits.device), limits.to(logits.device)
-        proposed = torch.arange(k, device=logits.device)[None, :] < limits[:, None]  # [B, k]
-        if temperature == 0.0:
-            argmax = greedy(logits)  # [B, k + 1]
-            matches = draft_tokens == argmax[:, :k]  # [B, k]
-            n = (matches & proposed).long().cumprod(1).sum(1)  # [B]
-            next_tokens = argmax.gather(1, n[:, None])[:, 0]  # [B]
-            alphas = matches.float()  # sum_v min(p, q) of two point masses
-        else:
-            p = logits_to_probs(logits, temperature, top_p)  # [B, k + 1, V]
-            q = q.to(p.device) if q is not None else p.new_zeros(len(rows), 0, V)
-            uniforms = torch.rand(
-                len(rows), k, generator=gen, device=gen.device if gen is not None else p.device
-            )
-            n, next_tokens = accept_reject_rows(draft_tokens, p, q, uniforms.to(p.device), limits, gen)
-            alphas = acceptance_probability(p[:, :k], q)  # [B, k]
-        # count positions whose prefix is the committed one: accepted ones and the first rejected
-        counted = torch.minimum(n + 1, limits)  # [B]
-        alpha_sums = (alphas * (torch.arange(k, device=alphas.device)[None, :] < counted[:, None])).sum(1)
-        if self.policy is not None:
-            self.policy.observe(float(alpha_sums.sum()), int(counted.sum()))
-        t3 = time.perf_counter()
-        finished = []
-        for i, row in enumerate(rows):
-            n_i = int(n[i])
-            emitted = row.commit(draft_lists[i], n_i, int(limits[i]), int(next_tokens[i]), float(alpha_sums[i]),
-                                 int(counted[i]), logits[i])  # fmt: skip
-            finished.append(bool(eos.intersection(emitted)) or row.num_generated >= row.budget)
-        stay = torch.tensor([i for i, done in enumerate(finished) if not done], dtype=torch.long)
-        if len(stay):
-            n = n.cpu()
-            draft.keep(torch.minimum(committed + n, draft.lengths), stay)
-            target.keep(committed + n, stay)  # the newest committed token is fed at the next verification
-        times.add(t0, t1, t2, t3, time.perf_counter())
-        return finished
-
-    def _propose_batch(
-        self,
-        draft: RowCache,
-        tokens: list[list[int]],
-        k: int,
-        temperature: float,
-        top_p: float,
-        gen: torch.Generator | None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """k draft tokens per row after its committed tokens: [B, k], and the draft's q [B, k, V] when sampling."""
-        feed, mask = draft.feed_unseen(tokens)
-        proposed, probs = [], []
-        for _ in range(k):
-            logits = draft.forward(feed, mask, num_logits=1)[:, 0, : self.vocab_size]  # [B, V]
-            if temperature == 0.0:
-                token = greedy(logits)  # [B]
-            else:
-                q_j = logits_to_probs(logits, temperature, top_p)  # [B, V]
-                token = sample(q_j, gen)
-                probs.append(q_j)
-            proposed.append(token.cpu())
-            feed, mask = token[:, None], torch.ones(len(tokens), 1, dtype=torch.long)
-        return torch.stack(proposed, 1), torch.stack(probs, 1) if probs else None
-
 
 def _check_sampling(temperature: float, top_p: float) -> None:
     if temperature < 0 or not 0 < top_p <= 1:
@@ -423,10 +324,3 @@ def _check_sampling(temperature: float, top_p: float) -> None:
 
 def _eos(eos_token_id: int | list[int] | None) -> set[int]:
     return {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
-
-
-@dataclass
-class _Row(SequenceRecord):
-    """A row of `generate_batch`: its record and the tokens it may generate."""
-
-    budget: int = 0
