@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="keep the run folders (about 2 GB of checkpoints), not only logs",
     )
-    parser.add_argument("--out", default="benchmarks/results/crash_test/v1", help="results.json and table.md")
+    parser.add_argument("--out", default="benchmarks/results/crash_test/v2", help="results.json and table.md")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     random.seed(args.seed)  # the delays into checkpoint writes
