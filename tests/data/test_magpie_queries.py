@@ -58,7 +58,9 @@ def test_a_quota_no_sample_can_fill_stops_saying_what_each_filter_rejected(tmp_p
     assert not out.exists()
     sampled = (tmp_path / "q.partial.jsonl").read_text().splitlines()
     assert len(sampled) == 1 + 2  # the settings and the 2 batches sampled
-    magpie_queries.main([*argv, "--tries_per_query", "50"])  # --min_chars 1: continues from the batches sampled
+    magpie_queries.main(
+        [*argv, "--tries_per_query", "50"]
+    )  # --min_chars 1: continues from the batches sampled
     assert len(queries(out)) == 2
     assert (tmp_path / "q.partial.jsonl").read_text().splitlines()[: len(sampled)] == sampled
 
