@@ -8,6 +8,7 @@ VLLM_CPU_KVCACHE_SPACE=1 on a shared machine.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -24,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from vllm import LLM  # noqa: E402
 
 from osd.conversations import load_conversations, user_query  # noqa: E402
-from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path  # noqa: E402
+from osd.paths import TINY_TEACHER_PATH, workload_path  # noqa: E402
 from osd.prompting import encode_prompt  # noqa: E402
 from osd.serving.acceptance import vllm_acceptance, wrong_positions  # noqa: E402
 from osd.serving.config import ServingArguments  # noqa: E402
@@ -57,6 +58,24 @@ SWAP_LIMIT_S = (
 
 
 @pytest.fixture(scope="module")
+def draft_path(tmp_path_factory) -> str:
+    """The draft vLLM serves here: the tiny teacher cut to its first layer (embeddings, layer 0, norm, head). The
+    tiny pair's own draft has attention heads of 16 dimensions, for which vLLM's CPU attention has no kernel."""
+    teacher = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
+    config = copy.deepcopy(teacher.config)
+    config.num_hidden_layers = 1
+    draft = AutoModelForCausalLM.from_config(config)
+    missing, _ = draft.load_state_dict(
+        teacher.state_dict(), strict=False
+    )  # layers 1.. are the teacher's alone
+    assert not missing, missing
+    folder = tmp_path_factory.mktemp("draft")
+    draft.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(TINY_TEACHER_PATH).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
     tokenizer = AutoTokenizer.from_pretrained(TINY_TEACHER_PATH)
     records = [r for domain in ("sql", "math") for r in load_conversations(workload_path(domain, "eval"))[:4]]
@@ -73,19 +92,19 @@ def target_only(prompts) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def llm(target_only):
+def llm(target_only, draft_path):
     """Built after `target_only`: a new engine unregisters the Prometheus counters of the engines before it
     (`llm.get_metrics()` reads one process-wide registry)."""
-    llm = build_engine(str(TINY_TEACHER_PATH), str(TINY_DRAFT_PATH), GAMMA, "float32", 512)
+    llm = build_engine(str(TINY_TEACHER_PATH), draft_path, GAMMA, "float32", 512)
     yield llm
     shutdown_engine(llm)
 
 
 @pytest.fixture(scope="module")
-def draft_files(tmp_path_factory) -> dict[str, str]:
-    """The tiny draft as trained, and a random draft of its shape (proposes nothing the target accepts)."""
+def draft_files(tmp_path_factory, draft_path) -> dict[str, str]:
+    """The draft as served, and a random draft of its shape (proposes nothing the target accepts)."""
     folder = tmp_path_factory.mktemp("drafts")
-    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
+    draft = AutoModelForCausalLM.from_pretrained(draft_path)
     export_draft(draft, folder / "trained.safetensors", torch.float32)
     torch.manual_seed(0)
     random = AutoModelForCausalLM.from_config(draft.config)
@@ -154,16 +173,18 @@ def test_per_request_counters_add_up_to_vllms_totals(llm, prompts, draft_files) 
 
 
 @pytest.mark.parametrize("background", [False, True])
-def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_path, background) -> None:
+def test_online_loop_updates_and_swaps_the_running_draft(
+    llm, draft_files, draft_path, tmp_path, background
+) -> None:
     swap_draft(llm, draft_files["trained"])
     args = ServingArguments(
         data_path=str(workload_path("sql", "eval")), output_dir=str(tmp_path), teacher_model_path=str(TINY_TEACHER_PATH),
-        student_model_path=str(TINY_DRAFT_PATH), max_propose_num=GAMMA, max_new_tokens=MAX_NEW, concurrency=4,
+        student_model_path=draft_path, max_propose_num=GAMMA, max_new_tokens=MAX_NEW, concurrency=4,
         online_update_interval=2, online_eval_interval=4, teacher_dtype="float32", learning_rate=1e-3, max_samples=8,
         online_background_update=background,
     )  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(TINY_TEACHER_PATH)
-    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
+    draft = AutoModelForCausalLM.from_pretrained(draft_path)
     target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
     distiller = DraftDistiller(draft, target, learning_rate=args.learning_rate)
     entries = []
@@ -196,15 +217,15 @@ def test_online_loop_updates_and_swaps_the_running_draft(llm, draft_files, tmp_p
 
 
 @pytest.fixture(scope="module")
-def subvocab(tmp_path_factory, target_only) -> tuple[LLM, torch.Tensor]:
-    """vLLM with the tiny draft whose head scores every token except those the target writes on these
-    prompts, and that token set [V']."""
+def subvocab(tmp_path_factory, target_only, draft_path) -> tuple[LLM, torch.Tensor]:
+    """vLLM with the draft whose head scores every token except those the target writes on these prompts,
+    and that token set [V']."""
     folder = tmp_path_factory.mktemp("subvocab")
-    draft = AutoModelForCausalLM.from_pretrained(TINY_DRAFT_PATH)
+    draft = AutoModelForCausalLM.from_pretrained(draft_path)
     written = {t for out in target_only for t in out}
     set_draft_vocab(draft, [t for t in range(draft.config.vocab_size) if t not in written])
     draft.save_pretrained(folder / "draft")
-    AutoTokenizer.from_pretrained(TINY_DRAFT_PATH).save_pretrained(folder / "draft")
+    AutoTokenizer.from_pretrained(draft_path).save_pretrained(folder / "draft")
     llm = build_engine(
         str(TINY_TEACHER_PATH), served_draft_folder(str(folder / "draft"), folder), GAMMA, "float32", 512
     )
