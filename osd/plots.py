@@ -198,9 +198,18 @@ def main(argv: list[str] | None = None) -> None:
         runs[label] = alpha_series(entries)
     for group in args.groups:
         runs[f"{labels[0]}: {group}"] = alpha_series(first, group_series_key(first, group))
-    bands = (
-        dataset_bands([r.get("dataset", "?") for r in load_conversations(args.stream)]) if args.stream else ()
-    )
+    bands: list[tuple[int, int, str]] = []
+    if args.stream:
+        datasets = [r.get("dataset", "?") for r in load_conversations(args.stream)]
+        served = max(
+            (max(xs, default=0) for xs, _ in runs.values()), default=0
+        )  # the curves' x: queries served
+        if served > len(datasets):
+            raise ValueError(
+                f"--stream {args.stream} holds {len(datasets)} queries, but the metrics logged {served:.0f} served: "
+                "plot a run against the stream it served"
+            )
+        bands = dataset_bands(datasets)
     out = plot_alpha(runs, args.out, args.window, dict(args.reference), bands, args.title)
     print(f"wrote {out}")
 

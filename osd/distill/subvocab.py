@@ -56,6 +56,15 @@ def student_draft_vocab(
             )
         return current
     counts = load_token_counts(args.draft_vocab_counts)
+    vocab = student.config.vocab_size
+    if (
+        max(counts["counts"], default=-1) >= vocab
+    ):  # ids of another tokenizer: the head would score other tokens
+        raise ValueError(
+            f"--draft_vocab_counts {args.draft_vocab_counts} counts token id {max(counts['counts'])}, beyond the "
+            f"student's vocabulary of {vocab}: it was counted with another tokenizer ({counts.get('tokenizer')}); "
+            "count the student's own (data/token_counts.py --tokenizer)"
+        )
     always = tokenizer.all_special_ids if tokenizer is not None else []
     ids = select_token_ids(counts["counts"], args.draft_vocab_size, always)
     if len(ids) < args.draft_vocab_size:

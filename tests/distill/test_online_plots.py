@@ -91,3 +91,15 @@ def test_the_png_is_never_written_over_an_input(tmp_path):
     with pytest.raises(ValueError, match="--out .* is the input file"):
         main([str(tmp_path), "--out", str(tmp_path / "metrics.jsonl")])
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
+
+
+def test_a_stream_shorter_than_the_run_it_shades_is_refused_naming_both(tmp_path):
+    """Issue 49, rule 2: a log plotted against another stream would shade the wrong queries."""
+    write_log(tmp_path, [{"queries_served": i, "alpha": 0.5, "alpha_window": 0.5} for i in range(1, 9)])
+    stream = [{"conversation": [{"role": "user", "content": "q"}], "dataset": "a"}] * 5
+    (tmp_path / "stream.json").write_text(json.dumps(stream))
+    with pytest.raises(
+        ValueError, match=r"--stream .*stream\.json holds 5 queries, but the metrics logged 8 served"
+    ):
+        main([str(tmp_path), "--out", str(tmp_path / "alpha.png"), "--stream", str(tmp_path / "stream.json")])
+    assert not (tmp_path / "alpha.png").exists()

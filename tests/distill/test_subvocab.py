@@ -147,3 +147,19 @@ def test_rows_only_refuses_a_student_it_cannot_train(tmp_path):
                      draft_vocab_counts=counts_file(tmp_path), draft_vocab_rows_only=True)  # fmt: skip
     with pytest.raises(ValueError, match="choose one"):
         DistillTrainingArguments(output_dir=str(tmp_path), draft_vocab_rows_only=True, freeze_embeddings=True)
+
+
+def test_counts_of_another_tokenizer_are_refused_naming_the_file(tmp_path):
+    """Issue 49, rule 2: a counts file and the student must share a tokenizer; ids beyond its vocabulary give
+    a one-line error naming the file and the tokenizer it was counted with."""
+    draft, target = make_pair()
+    stream = write_stream(tmp_path / "stream.json", 2)
+    path = tmp_path / "other.json"
+    path.write_text(
+        json.dumps({"tokenizer": "another/model", "num_tokens": 3, "counts": [[5, 2], [len(VOCAB) + 7, 1]]})
+    )
+    with pytest.raises(
+        ValueError, match=rf"--draft_vocab_counts {path} counts token id {len(VOCAB) + 7}, .*another/model"
+    ):
+        make_trainer(tmp_path, stream, draft, target, draft_vocab_size=4, draft_vocab_counts=str(path))
+    assert draft_vocab_ids(draft) is None
