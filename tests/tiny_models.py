@@ -183,3 +183,16 @@ def draft_from_target(target: PreTrainedModel, noise: float, seed: int = 1) -> P
         for param in draft.parameters():
             param.add_(noise * param.std().nan_to_num(0.0) * torch.randn(param.shape, generator=gen))
     return draft
+
+
+def recorded_tiny_target(max_new_tokens: int, num_prompts: int = 6, top_k: int = 8):
+    """A 2-layer tiny Llama target and `osd.analysis.record`'s recording of it (top-k kept) on seeded random
+    prompts p0, p1, ...: what replay tests serve against. Returns (target, recording)."""
+    from osd.analysis.record import record_prompts
+
+    target = tiny_model("llama", layers=2, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [(f"p{i}", torch.randint(3, VOCAB, (6,), generator=gen).tolist()) for i in range(num_prompts)]
+    header = {"tokenizer": RANDOM_TOKENIZER, "vocab_rows": VOCAB}
+    recording = record_prompts(target, prompts, header, max_new_tokens, eos_token_id=EOS, top_k=top_k)
+    return target, recording

@@ -16,7 +16,7 @@ from osd.analysis.recording import PromptRecord, Recording
 from osd.analysis.simulate import Iteration, replay_greedy
 from osd.distill.lm_training import IGNORE, Example
 from osd.distill.teacher_topk import TopK, topk_distillation
-from osd.online.loop import DraftFor, Query, Served
+from osd.online.loop import DraftFor, Query, Served, in_turns
 from osd.online.records import QueryStats
 from osd.online.updater import DraftUpdater
 
@@ -85,9 +85,7 @@ class ReplayServer:
     def stream(
         self, queries: Sequence[Query], draft_for: DraftFor, before: Callable[[], None]
     ) -> Iterator[list[Served]]:
-        for query in queries:
-            before()
-            yield [self._serve(query, draft_for(query.route))]
+        return in_turns(self, queries, draft_for, before)
 
     def refresh(self, updater: DraftUpdater) -> None:
         """Nothing to do: each query is served with `draft_for`."""

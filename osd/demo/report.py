@@ -140,14 +140,17 @@ def total_row(rows: list[dict]) -> dict:
             "online": {k: add("online", k) for k in ("tokens", "s")}}  # fmt: skip
 
 
-def machine_costs(standard, target, gamma: int, context: int, rows: list[dict]) -> dict[str, float]:
+def machine_costs(standard, target, gamma: int, context: int, rows: list[dict]) -> dict[str, float | None]:
     """This machine's costs, measured after serving (a few seconds): c (a draft step / a target step), the
     verification of gamma + 1 tokens in target steps, and Eq. 2 with them at the mean tail alphas."""
     c, _, step = cost_ratio(standard, target, context, reps=5, rounds=3)
     costs = {"c": c, "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step}
     for run in ("standard", "online"):
-        alpha = sum(r[run]["alpha"] or 0.0 for r in rows) / len(rows)
-        costs[f"eq2_{run}"] = speedup_measured_verify(alpha, gamma, costs["c"], costs["verify_cost"])
+        alphas = [r[run]["alpha"] for r in rows if r[run]["alpha"] is not None]  # None: nothing proposed
+        mean = sum(alphas) / len(alphas) if alphas else None
+        costs[f"eq2_{run}"] = (
+            None if mean is None else speedup_measured_verify(mean, gamma, costs["c"], costs["verify_cost"])
+        )
     return costs
 
 
@@ -156,7 +159,8 @@ def print_costs(costs: dict[str, float], info: dict, gamma: int, dtype: str) -> 
         f"\nthis machine ({info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
         f"{', '.join(info['cpu_bf16_instructions']) or 'none'}): verifying {gamma + 1} tokens costs "
         f"{costs['verify_cost']:.2f} target steps, a draft step {costs['c']:.3f} of one; Eq. 2 with these "
-        f"costs predicts Standard SD {costs['eq2_standard']:.2f}x, online SD {costs['eq2_online']:.2f}x"
+        f"costs predicts Standard SD {format_alpha(costs['eq2_standard'], '.2f')}x, "
+        f"online SD {format_alpha(costs['eq2_online'], '.2f')}x"
     )
     if costs["verify_cost"] > 1.5:
         print(

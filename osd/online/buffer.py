@@ -143,21 +143,21 @@ class Buffers:
 
     def __init__(self, interval: int, replay: int) -> None:
         self.interval, self.replay = interval, replay
-        self.queries: dict[str, list[Any]] = {}  # route -> buffered queries (or `Deferred` ones)
+        self.queries: dict[str, list[Buffered]] = {}  # route -> buffered queries (or `Deferred` ones)
 
-    def add(self, route: str, query: Any) -> None:
+    def add(self, route: str, query: Buffered) -> None:
         self.queries.setdefault(route, []).append(query)
 
     def due(self) -> list[str]:
         """Routes holding --online_update_interval queries served since their last update."""
-        return [r for r, b in self.queries.items() if sum(not _replayed(q) for q in b) >= self.interval]
+        return [r for r, b in self.queries.items() if sum(not q.replayed for q in b) >= self.interval]
 
-    def take(self, route: str) -> list[Any]:
+    def take(self, route: str) -> list[Buffered]:
         """The queries one update trains on: those kept from the last update and the next
         --online_update_interval served ones (any more wait for the next update); what stays for the
         next one: the last --online_replay_queries of them."""
         queries = self.queries.pop(route)
-        kept = sum(_replayed(q) for q in queries)  # kept queries come first
+        kept = sum(q.replayed for q in queries)  # kept queries come first
         taken, rest = queries[: kept + self.interval], queries[kept + self.interval :]
         if self.replay:
             rest = [replace(q, replayed=True) for q in taken[-self.replay :]] + rest
@@ -172,13 +172,9 @@ class Buffers:
     def state_dict(self) -> dict[str, list[dict]]:
         return {r: [asdict(q) for q in b] for r, b in self.queries.items()}
 
-    def load_state_dict(self, saved: dict[str, list[dict]], kind: Callable[..., Any] = None) -> None:
-        kind = kind or BufferedQuery
-        self.queries = {r: [kind(**q) for q in b] for r, b in saved.items()}
-
-
-def _replayed(query: Any) -> bool:
-    return getattr(query, "replayed", False)
+    def load_state_dict(self, saved: dict[str, list[dict]]) -> None:
+        """The buffers a checkpoint saved (the osd engine's queries: `BufferedQuery`)."""
+        self.queries = {r: [BufferedQuery(**q) for q in b] for r, b in saved.items()}
 
 
 @dataclass

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 
 from osd.distill.data import pad
 from osd.online.buffer import buffer_query
-from osd.online.loop import DraftFor, Query, Served
+from osd.online.loop import DraftFor, Query, Served, in_turns
 from osd.online.records import QueryStats
 from osd.online.updater import DraftUpdater
 from osd.spec import SpecOutput, SpeculativeDecoder
@@ -45,9 +45,7 @@ class EngineServer:
     def stream(
         self, queries: Sequence[Query], draft_for: DraftFor, before: Callable[[], None]
     ) -> Iterator[list[Served]]:
-        for first in range(0, len(queries), self.batch_size):
-            before()
-            yield self.serve(queries[first : first + self.batch_size], draft_for, first)
+        return in_turns(self, queries, draft_for, before, self.batch_size)
 
     def refresh(self, updater: DraftUpdater) -> None:
         """Nothing to do: each turn serves with `draft_for`, the updater's current serving draft."""

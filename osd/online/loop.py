@@ -65,6 +65,15 @@ class Server(Protocol):
         """The server's own entries for the next log line."""
 
 
+def in_turns(
+    server: Server, queries: Sequence[Query], draft_for: DraftFor, before: Callable[[], None], size: int = 1
+) -> Iterator[list[Served]]:
+    """`Server.stream` for a server that serves queries `size` at a time, in order."""
+    for first in range(0, len(queries), size):
+        before()
+        yield server.serve(queries[first : first + size], draft_for, first)
+
+
 class OnlineLoop:
     def __init__(
         self,

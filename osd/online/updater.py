@@ -162,9 +162,10 @@ class DraftUpdater:
         """The draft as served: itself, or its copy in --draft_serving_dtype (always a copy with background
         updates: the worker trains the draft itself), reloaded after the draft's updates."""
         draft = self.drafts[route]
+        own = next(draft.parameters()).dtype
         name = self.config.draft_serving_dtype
-        dtype = getattr(torch, name) if name is not None else next(draft.parameters()).dtype
-        if dtype == next(draft.parameters()).dtype and not self.config.online_background_update:
+        dtype = own if name is None else getattr(torch, name)
+        if dtype == own and not self.config.online_background_update:
             draft.eval()
             return draft
         if route in self._copies and route not in self._stale:

@@ -14,7 +14,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.analysis import online_replay, record, replay_server
 from osd.analysis.online_replay import PRESET, offline_ceiling, replay, summarize
-from osd.analysis.record import record_prompts
 from osd.analysis.recording import PromptRecord, Recording, load_recording, tokenizer_identity
 from osd.analysis.replay_server import topk_query
 from osd.analysis.simulate import simulate
@@ -22,16 +21,12 @@ from osd.datafiles import DataFileError
 from osd.distill.lm_training import IGNORE
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
 from osd.spec.draft_vocab import apply_draft_vocab
-from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
+from tests.tiny_models import RANDOM_TOKENIZER, draft_from_target, recorded_tiny_target
 
 
 @pytest.fixture(scope="module")
 def stream():
-    target = tiny_model("llama", layers=2, seed=3)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [(f"p{i}", torch.randint(3, VOCAB, (6,), generator=gen).tolist()) for i in range(6)]
-    recording = record_prompts(target, prompts, {"tokenizer": RANDOM_TOKENIZER, "vocab_rows": VOCAB},
-                               max_new_tokens=24, eos_token_id=EOS, top_k=8)  # fmt: skip
+    target, recording = recorded_tiny_target(24)
     return draft_from_target(target, noise=0.6), recording
 
 

@@ -9,16 +9,15 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-from osd.analysis.record import record_prompts
 from osd.analysis.replay_server import ReplayServer, recording_queries, topk_loss
 from osd.distill.losses import get_divergence
 from osd.online.buffer import distillation_loss
 from osd.online.config import OnlineArguments
 from osd.online.engine_server import EngineServer
-from osd.online.loop import SHARED_DRAFT, OnlineLoop, Query, Served
+from osd.online.loop import SHARED_DRAFT, OnlineLoop, Query, Served, in_turns
 from osd.online.records import OnlineState, QueryStats
 from osd.online.updater import DraftUpdater, adamw_step
-from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
+from tests.tiny_models import EOS, VOCAB, draft_from_target, recorded_tiny_target
 
 NEW_TOKENS = 12
 
@@ -33,9 +32,7 @@ class ScriptedServer:
         return [self._served(q, draft_for) for q in queries]
 
     def stream(self, queries, draft_for, before):
-        for q in queries:
-            before()
-            yield [self._served(q, draft_for)]
+        return in_turns(self, queries, draft_for, before)
 
     def _served(self, query, draft_for) -> Served:
         draft_for(query.route)
@@ -117,11 +114,7 @@ def test_a_static_run_buffers_nothing_and_never_refreshes():
 
 @pytest.fixture(scope="module")
 def pair():
-    target = tiny_model("llama", layers=2, seed=3)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [(f"p{i}", torch.randint(3, VOCAB, (6,), generator=gen).tolist()) for i in range(6)]
-    recording = record_prompts(target, prompts, {"tokenizer": RANDOM_TOKENIZER, "vocab_rows": VOCAB},
-                               max_new_tokens=NEW_TOKENS, eos_token_id=EOS, top_k=8)  # fmt: skip
+    target, recording = recorded_tiny_target(NEW_TOKENS)
     return target, draft_from_target(target, noise=0.15), recording
 
 
