@@ -44,7 +44,6 @@ from transformers.models.llama.modeling_llama import (
 from osd.spec.draft_vocab import full_vocab_logits
 from osd.spec.llama_draft import KVStore
 
-NUM_TARGET_LAYERS = 3  # EAGLE-3 reads a low, a middle and a high layer
 SPECULATORS_FORMAT_VERSION = "0.9.0"  # the `speculators` release whose eagle3 layout `save_head` writes
 
 
@@ -159,11 +158,15 @@ class Eagle3Head(nn.Module):
     ) -> Eagle3Head:
         """A randomly initialised head for `target` (its dtype and device), reading `eagle3_layers` of it."""
         config = target.config
-        if config.is_encoder_decoder:
-            raise ValueError(f"an EAGLE-3 head drafts for decoder-only targets, got {config.model_type}")
+        if config.is_encoder_decoder or not hasattr(config, "intermediate_size"):
+            raise ValueError(
+                f"an EAGLE-3 head drafts for decoder-only targets of a Llama-style config (hidden_size, "
+                f"intermediate_size, num_attention_heads), got {config.model_type}"
+            )
         vocab = target.get_input_embeddings().num_embeddings
-        torch.manual_seed(seed)
-        head = cls(head_layer_config(config, vocab), eagle3_layers(config.num_hidden_layers), token_ids)
+        with torch.random.fork_rng(devices=[]):  # seeded without touching the caller's generator
+            torch.manual_seed(seed)
+            head = cls(head_layer_config(config, vocab), eagle3_layers(config.num_hidden_layers), token_ids)
         return head.to(target.device, target.dtype).eval()
 
     @property
