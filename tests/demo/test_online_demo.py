@@ -24,11 +24,16 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
                     "--output_dir", str(out)])  # fmt: skip
     assert [r["domain"] for r in summary["domains"]] == list(DOMAINS)
     assert summary["updates"] == 3 * len(DOMAINS)
+    serving = summary["serving"]  # the start-up choice: --dtype float32 forces the weight-major layout
+    assert serving["layout"] == "weight_major" and serving["baseline"] in serving["pass_ms"]
     for row in summary["domains"]:
         assert len(row["queries"]) == 2 and 0.0 <= row["online"]["alpha"] <= 1.0
         assert 0.0 <= row["standard"]["alpha"] <= 1.0
-        # greedy: the three ways of serving a query emit the same tokens (tiny fp32 target: no near-ties)
-        assert row["standard"]["sd_tokens"] == row["standard"]["target_tokens"] == row["online"]["tokens"]
+        # greedy: both speculative runs emit the target's tokens (tiny fp32 target: no near-ties), and so does
+        # the target alone when it decodes in the same configuration
+        assert row["standard"]["sd_tokens"] == row["online"]["tokens"]
+        if serving["baseline"] == serving["layout"]:
+            assert row["standard"]["target_tokens"] == row["online"]["tokens"]
     printed = capsys.readouterr().out
     assert "latency on the same queries" in printed and "all" in printed
     costs = summary["costs"]  # this machine's: Eq. 2 with them, at the tails' mean alphas
@@ -38,8 +43,9 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
         and f"costs {costs['verify_cost']:.2f} target steps" in printed
     )
     standard_alpha = sum(r["standard"]["alpha"] for r in summary["domains"]) / len(DOMAINS)
-    assert costs["eq2_standard"] == speedup_measured_verify(
-        standard_alpha, 3, costs["c"], costs["verify_cost"]
+    assert costs["eq2_standard"] == pytest.approx(
+        speedup_measured_verify(standard_alpha, serving["gamma"], costs["c"], costs["verify_cost"])
+        * costs["baseline_step"]
     )
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
     written = json.loads((out / "summary.json").read_text())
