@@ -150,9 +150,11 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     check_same_tokenizer(args.draft, args.target, tokenizer)
     draft = load_model(args.draft, "float32", None)
     standard = load_model(args.draft, online.draft_serving_dtype or "float32", None).eval()  # fmt: skip
+    dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
+    prompt_tokens = sum(len(dataset[i]["prompt_ids"]) for i in range(len(dataset))) // len(dataset)
     choice, targets = measure_and_choose(
         load_model(args.target, None, None).eval(), apply_draft_vocab(standard), args.expected_alpha,
-        args.max_gamma, args.dtype, args.linears, args.gamma,
+        args.max_gamma, prompt_tokens, args.max_new_tokens, args.dtype, args.linears, args.gamma,
     )  # fmt: skip
     print("\n".join(["serving configuration, measured at start-up:", *choice.lines()]), flush=True)
     args.gamma, teacher, baseline = choice.gamma, targets[choice.layout], targets[choice.baseline]
@@ -160,7 +162,6 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     if layout.dtype == "bfloat16" and layout.retype is not None:  # the drafts' bf16 serving copies alike
         for model in (draft, standard):
             layout.retype(model)
-    dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
     rows_only = args.draft_vocab_rows_only and not args.freeze_embeddings and has_tied_draft_vocab(draft)
     training_args = DistillTrainingArguments(
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,

@@ -4,14 +4,16 @@ Which configuration decodes fastest depends on the CPU: with bf16 instructions (
 target with oneDNN-packed weights (`osd.spec.packed_linear`) verifies a few tokens for about one step;
 without them torch's bf16 GEMM converts the weights once per row, and either the bf16-rows kernel
 (`osd.spec.bf16_rows`) or a float32 target with weight-major products (`osd.spec.weight_major`, twice the
-bytes per step) does better. `measure` times every candidate's one-token step and its passes over 2 to
-gamma + 1 tokens, and the draft's step, on the models themselves; `choose` takes
+bytes per step) does better. `measure` times every candidate's prefill of a prompt, its one-token step and
+its passes over 2 to gamma + 1 tokens, and the draft's step, on the models themselves. A query of N new
+tokens then costs, by Eq. 2's reasoning with every pass charged its measured time,
 
-- the **baseline**: the candidate whose one-token step is fastest, the fastest target-alone decoding on
-  offer, which every speedup is measured against;
-- the **speculative configuration**: the (candidate, gamma) with the highest Eq. 2 speedup over that baseline
-  at an expected alpha, each pass charged its measured time:
-  E[tokens](alpha, gamma) * baseline step / (gamma * draft step + pass over gamma + 1 tokens).
+    target alone:              prefill + N * step
+    speculative, gamma g:      prefill + N / E[tokens](alpha, g) * (g * draft step + pass over g + 1 tokens)
+
+and `choose` takes the **baseline**, the candidate whose query alone is fastest (the fastest target-alone
+decoding on offer, which every speedup is measured against), and the **speculative configuration**, the
+(candidate, gamma) whose query is fastest at an expected alpha.
 """
 
 from __future__ import annotations
@@ -75,10 +77,16 @@ def serving_copy(target: PreTrainedModel, layout: str) -> PreTrainedModel:
 
 @dataclass
 class Measured:
-    """Seconds of one target forward over 1..len(pass_s) new tokens (pass_s[0]: the one-token step)."""
+    """Seconds of a target's prefill and of its forwards over 1..len(pass_s) new tokens after it (pass_s[0]:
+    the one-token step)."""
 
     layout: str
+    prefill_s: float
     pass_s: list[float] = field(default_factory=list)
+
+    def query_s(self, new_tokens: int) -> float:
+        """A query of `new_tokens` tokens decoded by this target alone."""
+        return self.prefill_s + new_tokens * self.pass_s[0]
 
     def verify_cost(self, gamma: int) -> float:
         """A pass over gamma + 1 tokens in one-token steps of this layout."""
@@ -88,15 +96,15 @@ class Measured:
 def measure(
     models: dict[str, PreTrainedModel], max_gamma: int, context: int = 64, rounds: int = 2
 ) -> dict[str, Measured]:
-    """Time each layout's passes over 1..max_gamma + 1 tokens after `context` tokens, taking the best of
-    `rounds` rounds that visit every layout in turn (load that comes and goes then hits all alike)."""
-    best = {name: [float("inf")] * (max_gamma + 1) for name in models}
+    """Time each layout's prefill of `context` tokens and its passes over 1..max_gamma + 1 tokens after it,
+    taking the best of `rounds` rounds that visit every layout in turn (load that comes and goes then hits
+    all alike; the first round pays each model's set-up)."""
+    best = {name: [float("inf")] * (max_gamma + 2) for name in models}
     for _ in range(rounds):
         for name, model in models.items():
-            best[name] = [
-                min(a, b) for a, b in zip(best[name], pass_times(model, context, max_gamma + 1), strict=True)
-            ]
-    return {name: Measured(name, times) for name, times in best.items()}
+            times = pass_times(model, context, max_gamma + 1)
+            best[name] = [min(a, b) for a, b in zip(best[name], times, strict=True)]
+    return {name: Measured(name, times[0], times[1:]) for name, times in best.items()}
 
 
 @dataclass
@@ -107,62 +115,71 @@ class Choice:
     layout: str  # the layout speculative decoding serves the target in
     gamma: int
     alpha: float  # the expected alpha it was chosen at
+    new_tokens: int  # per query, as it was chosen for
     draft_step_s: float
     measured: dict[str, Measured]
 
-    def predicted_speedup(self, alpha: float | None = None, gamma: int | None = None) -> float:
-        """Eq. 2 over the baseline with the measured passes, at `alpha` (default: the chosen-at alpha)."""
-        return predicted(self.measured, self.baseline, self.layout, self.draft_step_s,
-                         self.alpha if alpha is None else alpha, self.gamma if gamma is None else gamma)  # fmt: skip
+    def predicted_speedup(self) -> float:
+        """The chosen configuration's query time over the baseline's, predicted at the chosen-at alpha."""
+        return self.measured[self.baseline].query_s(self.new_tokens) / speculative_query_s(
+            self.measured[self.layout], self.draft_step_s, self.alpha, self.gamma, self.new_tokens
+        )
 
     def summary(self) -> dict[str, object]:
         """The choice and its measurements, for a result file (milliseconds)."""
         return {
             "baseline": self.baseline, "layout": self.layout, "gamma": self.gamma, "alpha": self.alpha,
-            "draft_step_ms": self.draft_step_s * 1e3, "predicted_speedup": self.predicted_speedup(),
+            "new_tokens": self.new_tokens, "draft_step_ms": self.draft_step_s * 1e3,
+            "predicted_speedup": self.predicted_speedup(),
+            "prefill_ms": {m.layout: m.prefill_s * 1e3 for m in self.measured.values()},
             "pass_ms": {m.layout: [t * 1e3 for t in m.pass_s] for m in self.measured.values()},
         }  # fmt: skip
 
     def lines(self) -> list[str]:
         """What was chosen and why, for a log."""
-        out = [f"{'layout':<13} {'dtype':<9} {'step ms':>8}  passes over 2..{len(next(iter(self.measured.values())).pass_s)} tokens, in steps"]  # fmt: skip
+        longest = len(next(iter(self.measured.values())).pass_s)
+        out = [f"{'layout':<13} {'dtype':<9} {'prefill ms':>10} {'step ms':>8}  passes over 2..{longest} tokens, in steps"]  # fmt: skip
         for m in self.measured.values():
             costs = " ".join(f"{m.verify_cost(g):.2f}" for g in range(1, len(m.pass_s)))
-            out.append(f"{m.layout:<13} {LAYOUTS[m.layout].dtype:<9} {m.pass_s[0] * 1e3:8.1f}  {costs}")
+            out.append(
+                f"{m.layout:<13} {LAYOUTS[m.layout].dtype:<9} {m.prefill_s * 1e3:10.1f} {m.pass_s[0] * 1e3:8.1f}  {costs}"
+            )
         out.append(
-            f"draft step {self.draft_step_s * 1e3:.2f} ms; target alone: {self.baseline} (the fastest step); "
-            f"speculative decoding: {self.layout}, gamma {self.gamma} (Eq. 2 at alpha {self.alpha:.2f}: "
-            f"{self.predicted_speedup():.2f}x over the target alone)"
+            f"draft step {self.draft_step_s * 1e3:.2f} ms; target alone: {self.baseline} (the fastest query of "
+            f"{self.new_tokens} tokens); speculative decoding: {self.layout}, gamma {self.gamma} (predicted at "
+            f"alpha {self.alpha:.2f}: {self.predicted_speedup():.2f}x over the target alone)"
         )
         return out
 
 
-def predicted(
-    measured: dict[str, Measured], baseline: str, layout: str, draft_step_s: float, alpha: float, gamma: int
+def speculative_query_s(
+    measured: Measured, draft_step_s: float, alpha: float, gamma: int, new_tokens: int
 ) -> float:
-    """Eq. 2 over `baseline`'s step: E[tokens](alpha, gamma) * its step / (gamma draft steps + `layout`'s
-    pass over gamma + 1 tokens)."""
-    cost = gamma * draft_step_s + measured[layout].pass_s[gamma]
-    return expected_tokens_per_step(alpha, gamma) * measured[baseline].pass_s[0] / cost
+    """A query of `new_tokens` tokens by speculative decoding: prefill, then E[tokens](alpha, gamma) tokens per
+    gamma draft steps and one pass over gamma + 1 tokens."""
+    verification = gamma * draft_step_s + measured.pass_s[gamma]
+    return measured.prefill_s + new_tokens / expected_tokens_per_step(alpha, gamma) * verification
 
 
 def choose(
     measured: dict[str, Measured],
     draft_step_s: float,
     alpha: float,
+    new_tokens: int,
     layouts: list[str] | None = None,
     gammas: list[int] | None = None,
 ) -> Choice:
-    """The fastest target-alone layout of all measured, and the (layout in `layouts`, gamma in `gammas`) with
-    the highest Eq. 2 speedup over it at `alpha` (defaults: every measured layout, gamma 1..measured)."""
-    baseline = min(measured, key=lambda name: measured[name].pass_s[0])
+    """The layout of all measured whose query of `new_tokens` tokens alone is fastest, and the (layout in
+    `layouts`, gamma in `gammas`) whose speculative query is fastest at `alpha` (defaults: every measured
+    layout, gamma 1..measured)."""
+    baseline = min(measured, key=lambda name: measured[name].query_s(new_tokens))
     layouts = layouts or list(measured)
     gammas = gammas or list(range(1, len(measured[baseline].pass_s)))
-    layout, gamma = max(
+    layout, gamma = min(
         ((name, g) for name in layouts for g in gammas),
-        key=lambda lg: predicted(measured, baseline, lg[0], draft_step_s, alpha, lg[1]),
+        key=lambda lg: speculative_query_s(measured[lg[0]], draft_step_s, alpha, lg[1], new_tokens),
     )
-    return Choice(baseline, layout, gamma, alpha, draft_step_s, measured)
+    return Choice(baseline, layout, gamma, alpha, new_tokens, draft_step_s, measured)
 
 
 def measure_and_choose(
@@ -170,18 +187,20 @@ def measure_and_choose(
     draft: PreTrainedModel,
     alpha: float,
     max_gamma: int,
+    prompt_tokens: int,
+    new_tokens: int,
     dtype: str = AUTO,
     layout: str = AUTO,
     gamma: int | None = None,
-    context: int = 64,
 ) -> tuple[Choice, dict[str, PreTrainedModel]]:
-    """Build every layout on offer from `target` (CPU, in its stored dtype), time them and `draft` (as it will serve), and
-    choose; a forced `dtype`, `layout` or `gamma` narrows the speculative choice only (the baseline is
-    always the fastest of all). Returns the choice and the models it needs (its baseline and its layout)."""
+    """Build every layout on offer from `target` (CPU, in its stored dtype), time them (prompts of
+    `prompt_tokens`) and `draft` (as it will serve), and choose for queries of `new_tokens`; a forced
+    `dtype`, `layout` or `gamma` narrows the speculative choice only (the baseline is always the fastest of
+    all). Returns the choice and the models it needs (its baseline and its layout)."""
     models = {name: serving_copy(target, name) for name in available_layouts()}
-    measured = measure(models, max_gamma if gamma is None else gamma, context)
+    measured = measure(models, max_gamma if gamma is None else gamma, prompt_tokens)
     choice = choose(
-        measured, draft_step_time(draft, context, reps=5, rounds=2), alpha,
+        measured, draft_step_time(draft, prompt_tokens, reps=5, rounds=2), alpha, new_tokens,
         available_layouts(dtype, layout), None if gamma is None else [gamma],
     )  # fmt: skip
     return choice, {name: models[name] for name in (choice.baseline, choice.layout)}
