@@ -27,35 +27,52 @@ try:
 except ImportError:  # an optional speed-up: without numba the layers keep nn.Linear's path
     numba = None
 
-ROW_BLOCK = 4  # input rows multiplied per converted weight row (a block's accumulators stay in registers)
+ROW_BLOCK = (
+    4  # input rows multiplied per pair of widened weight rows (8 sums in registers, AVX2's 16 suffice)
+)
 
 
 def _rows_kernel(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     """y[n, o] = sum_k bf16(w[o, k]) * x[n, k]: w uint16 [out, in] (bf16 bit patterns), x float32 [N, in],
-    y float32 [N, out]. Each weight row is widened once (into `row`) and used by every input row."""
+    y float32 [N, out]. Weight rows are widened two at a time (into `pair`) and each input row is loaded once
+    for both."""
     out_features, in_features = w.shape
     rows = x.shape[0]
-    bits = np.empty(in_features, np.uint32)
-    row = bits.view(np.float32)
-    for o in range(out_features):
-        for k in range(in_features):
-            bits[k] = np.uint32(w[o, k]) << 16  # bf16 -> float32 is exact: its bits are float32's top half
+    bits = np.zeros((2, in_features), np.uint32)
+    pair = bits.view(np.float32)  # [2, in]
+    for o in range(0, out_features, 2):
+        two = o + 1 < out_features  # else pair[1] holds a stale row, whose sums are dropped
+        for j in range(2 if two else 1):
+            for k in range(in_features):
+                bits[j, k] = (
+                    np.uint32(w[o + j, k]) << 16
+                )  # bf16 -> float32 is exact: the top half of its bits
         n = 0
         while n + ROW_BLOCK <= rows:
-            a0 = a1 = a2 = a3 = np.float32(0.0)
+            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
             for k in range(in_features):
-                r = row[k]
-                a0 += r * x[n, k]
-                a1 += r * x[n + 1, k]
-                a2 += r * x[n + 2, k]
-                a3 += r * x[n + 3, k]
+                r, s = pair[0, k], pair[1, k]
+                x0, x1, x2, x3 = x[n, k], x[n + 1, k], x[n + 2, k], x[n + 3, k]
+                a0 += r * x0
+                a1 += r * x1
+                a2 += r * x2
+                a3 += r * x3
+                b0 += s * x0
+                b1 += s * x1
+                b2 += s * x2
+                b3 += s * x3
             y[n, o], y[n + 1, o], y[n + 2, o], y[n + 3, o] = a0, a1, a2, a3
+            if two:
+                y[n, o + 1], y[n + 1, o + 1], y[n + 2, o + 1], y[n + 3, o + 1] = b0, b1, b2, b3
             n += ROW_BLOCK
         while n < rows:
-            a0 = np.float32(0.0)
+            a0 = b0 = np.float32(0.0)
             for k in range(in_features):
-                a0 += row[k] * x[n, k]
+                a0 += pair[0, k] * x[n, k]
+                b0 += pair[1, k] * x[n, k]
             y[n, o] = a0
+            if two:
+                y[n, o + 1] = b0
             n += 1
 
 
