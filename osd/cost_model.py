@@ -36,6 +36,15 @@ def speedup_measured_verify(alpha: float, gamma: int, c: float, verify_cost: flo
     return expected_tokens_per_step(alpha, gamma) / (gamma * c + verify_cost)
 
 
+def query_time(
+    alpha: float, gamma: int, c: float, verify_cost: float, new_tokens: float, prefill: float = 0.0
+) -> float:
+    """A query's expected time in target steps: a prefill, then new_tokens / E[tokens] verifications, each
+    gamma draft steps and one pass of `verify_cost`. gamma 0 with verify_cost 1 is the target alone
+    (prefill + new_tokens); the ratio of the two, without a prefill, is `speedup_measured_verify`."""
+    return prefill + new_tokens / expected_tokens_per_step(alpha, gamma) * (gamma * c + verify_cost)
+
+
 def best_gamma(alpha: float, c: float, max_gamma: int = 32, verify_cost: float = 1.0) -> int:
     """The gamma in 1..max_gamma that maximises the expected speedup."""
     return max(range(1, max_gamma + 1), key=lambda g: speedup_measured_verify(alpha, g, c, verify_cost))

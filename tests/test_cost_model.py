@@ -8,6 +8,7 @@ from osd.cost_model import (
     alpha_from_tokens_per_step,
     best_gamma,
     expected_tokens_per_step,
+    query_time,
     speedup,
     speedup_measured_verify,
 )
@@ -37,3 +38,11 @@ def test_alpha_from_tokens_per_step_inverts_expected_tokens():
         )
     with pytest.raises(ValueError):
         alpha_from_tokens_per_step(7.0, 5)
+
+
+def test_query_time_is_prefill_plus_verifications_and_reduces_to_eq2():
+    assert query_time(0.3, 0, 0.0, 1.0, 32, prefill=5.0) == 37.0  # the target alone: prefill + N steps
+    # alpha 0.5, gamma 3: E[tokens] = 1.875, so 30 tokens take 16 verifications of 3 * 0.1 + 1.2 steps
+    assert query_time(0.5, 3, 0.1, 1.2, 30, prefill=4.0) == pytest.approx(4.0 + 16 * 1.5)
+    alone, speculated = query_time(0.7, 0, 0.0, 1.0, 64), query_time(0.7, 4, 0.05, 1.3, 64)
+    assert alone / speculated == pytest.approx(speedup_measured_verify(0.7, 4, 0.05, 1.3))

@@ -184,9 +184,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
 
     decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
     rows = report.tail_rows(stream, dataset, run.queries, decoder, baseline, tokenizer.eos_token_id, args)
-    costs = report.machine_costs(
-        standard, teacher, baseline, args.gamma, report.mean_context(dataset, args.max_new_tokens), rows
-    )
+    costs = report.machine_costs(standard, teacher, baseline, args.gamma, prompt_tokens, rows)
     ceiling = report.recorded_ceiling(args.ceiling, stream, args)
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]

@@ -12,14 +12,14 @@ import torch
 from tqdm.auto import tqdm
 
 from osd.alpha import format_alpha
-from osd.cost_model import speedup_measured_verify
+from osd.cost_model import query_time, speedup_measured_verify
 from osd.demo.step_cost import cost_ratio
 from osd.online.records import QueryStats, queries_alpha, tail_length
 from osd.paths import REPO_ROOT
 from osd.plots import dataset_bands, plot_alpha
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
-from osd.spec.timing import step_time
+from osd.spec.timing import prefill_time, step_time
 
 
 @torch.inference_mode()
@@ -59,13 +59,6 @@ def tail_rows(stream: list[dict], dataset, queries: list[QueryStats], decoder: S
             }
         )
     return rows
-
-
-def mean_context(dataset, max_new_tokens: int) -> int:
-    """The stream's mean prompt length plus half an answer: where the costs are measured."""
-    return (
-        sum(len(dataset[i]["prompt_ids"]) for i in range(len(dataset))) // len(dataset) + max_new_tokens // 2
-    )
 
 
 def plot_run(queries: list[QueryStats], rows: list[dict], stream: list[dict], png: Path, target_name: str, args,
@@ -145,23 +138,31 @@ def total_row(rows: list[dict]) -> dict:
 
 
 def machine_costs(
-    standard, target, baseline, gamma: int, context: int, rows: list[dict]
+    standard, target, baseline, gamma: int, prompt_tokens: int, rows: list[dict]
 ) -> dict[str, float | None]:
-    """This machine's costs, measured after serving (a few seconds): c (a draft step / a target step), the
-    verification of gamma + 1 tokens in target steps, the baseline's step in target steps (`baseline`: the
-    target as it decodes fastest alone), and Eq. 2 with them, over the baseline, at the mean tail alphas."""
+    """This machine's costs, measured after serving (a few seconds), in steps of the served target: c (a
+    draft step), the verification of gamma + 1 tokens, the prefill of a mean prompt, and the baseline's step
+    and prefill (`baseline`: the target as it decodes fastest alone). At the mean tail alphas, over the
+    baseline: Eq. 2 with the measured verification cost (`eq2_*`), and the same with each side's prefill
+    charged to queries of the tails' mean length (`prefill_eq2_*`, `osd.cost_model.query_time`)."""
+    context = prompt_tokens + rows[0]["standard"]["target_tokens"] // (2 * len(rows[0]["queries"]))
     c, _, step = cost_ratio(standard, target, context, reps=5, rounds=3)
     base = step if baseline is target else step_time(baseline, context, reps=5, rounds=3)
     costs = {"c": c, "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step,
-             "baseline_step": base / step}  # fmt: skip
+             "baseline_step": base / step, "prefill": prefill_time(target, prompt_tokens) / step,
+             "baseline_prefill": prefill_time(baseline, prompt_tokens) / step}  # fmt: skip
+    new_tokens = sum(r["standard"]["target_tokens"] for r in rows) / sum(len(r["queries"]) for r in rows)
+    alone = costs["baseline_prefill"] + new_tokens * costs["baseline_step"]
     for run in ("standard", "online"):
         alphas = [r[run]["alpha"] for r in rows if r[run]["alpha"] is not None]  # None: nothing proposed
         mean = sum(alphas) / len(alphas) if alphas else None
-        costs[f"eq2_{run}"] = (
-            None
+        costs[f"eq2_{run}"], costs[f"prefill_eq2_{run}"] = (
+            (None, None)
             if mean is None
-            else speedup_measured_verify(mean, gamma, costs["c"], costs["verify_cost"])
-            * costs["baseline_step"]
+            else (
+                speedup_measured_verify(mean, gamma, c, costs["verify_cost"]) * costs["baseline_step"],
+                alone / query_time(mean, gamma, c, costs["verify_cost"], new_tokens, costs["prefill"]),
+            )
         )
     return costs
 
@@ -173,7 +174,9 @@ def print_costs(costs: dict[str, float], info: dict, gamma: int, layout: str, ba
         f"{baseline} ({costs['baseline_step']:.2f} of its steps); verifying {gamma + 1} tokens costs "
         f"{costs['verify_cost']:.2f} target steps, a draft step {costs['c']:.3f} of one; Eq. 2 with these "
         f"costs predicts Standard SD {format_alpha(costs['eq2_standard'], '.2f')}x, "
-        f"online SD {format_alpha(costs['eq2_online'], '.2f')}x over the target alone"
+        f"online SD {format_alpha(costs['eq2_online'], '.2f')}x over the target alone; charging each query "
+        f"its prefill ({costs['prefill']:.1f} steps served, {costs['baseline_prefill']:.1f} alone): "
+        f"{format_alpha(costs['prefill_eq2_standard'], '.2f')}x and {format_alpha(costs['prefill_eq2_online'], '.2f')}x"
     )
     if costs["verify_cost"] > 1.5:
         print(

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 from transformers import PreTrainedModel
 
-from osd.cost_model import expected_tokens_per_step
+from osd.cost_model import query_time
 from osd.spec.bf16_rows import kernel_available, use_bf16_rows_linears
 from osd.spec.packed_linear import packing_available, use_packed_linears
 from osd.spec.timing import draft_step_time, pass_times
@@ -155,10 +155,12 @@ class Choice:
 def speculative_query_s(
     measured: Measured, draft_step_s: float, alpha: float, gamma: int, new_tokens: int
 ) -> float:
-    """A query of `new_tokens` tokens by speculative decoding: prefill, then E[tokens](alpha, gamma) tokens per
-    gamma draft steps and one pass over gamma + 1 tokens."""
-    verification = gamma * draft_step_s + measured.pass_s[gamma]
-    return measured.prefill_s + new_tokens / expected_tokens_per_step(alpha, gamma) * verification
+    """A query of `new_tokens` tokens by speculative decoding on `measured`'s target (`osd.cost_model.query_time`
+    with the measured prefill, draft step and pass over gamma + 1 tokens), in seconds."""
+    step = measured.pass_s[0]
+    return step * query_time(
+        alpha, gamma, draft_step_s / step, measured.verify_cost(gamma), new_tokens, measured.prefill_s / step
+    )
 
 
 def choose(

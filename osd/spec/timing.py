@@ -63,6 +63,14 @@ def step_time(
 
 
 @torch.inference_mode()
+def prefill_time(model: PreTrainedModel, tokens: int, reps: int = 3) -> float:
+    """Seconds of a forward over a prompt of `tokens` tokens into an empty cache, the best of `reps` after
+    one untimed call."""
+    ids = torch.randint(4, model.config.vocab_size, (1, tokens), device=model.device)
+    return _best_median(lambda: model(ids, use_cache=True), lambda: None, model.device, 1, reps)
+
+
+@torch.inference_mode()
 def pass_times(model: PreTrainedModel, context: int, max_length: int, reps: int = 3) -> list[float]:
     """Seconds of a prefill of `context` tokens, then `step_time` for lengths 1..max_length (a decode step,
     then passes over 2..max_length tokens) after it, one round each (for timings taken in turns by the

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from osd.conversations import load_conversations, record_groups
-from osd.cost_model import speedup_measured_verify
+from osd.cost_model import query_time, speedup_measured_verify
 from osd.demo.online_demo import main
 from osd.demo.report import print_costs
 from osd.metric_keys import group_key, wandb_key
@@ -43,10 +43,15 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
         and f"costs {costs['verify_cost']:.2f} target steps" in printed
     )
     standard_alpha = sum(r["standard"]["alpha"] for r in summary["domains"]) / len(DOMAINS)
+    gamma = serving["gamma"]
     assert costs["eq2_standard"] == pytest.approx(
-        speedup_measured_verify(standard_alpha, serving["gamma"], costs["c"], costs["verify_cost"])
+        speedup_measured_verify(standard_alpha, gamma, costs["c"], costs["verify_cost"])
         * costs["baseline_step"]
     )
+    tokens = sum(r["standard"]["target_tokens"] for r in summary["domains"]) / (2 * len(DOMAINS))
+    alone = costs["baseline_prefill"] + tokens * costs["baseline_step"]
+    served = query_time(standard_alpha, gamma, costs["c"], costs["verify_cost"], tokens, costs["prefill"])
+    assert costs["prefill_eq2_standard"] == pytest.approx(alone / served) and costs["prefill"] > 0
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
     written = json.loads((out / "summary.json").read_text())
     assert written["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
@@ -144,11 +149,13 @@ def test_block_drafts_are_the_draft_as_it_stood_after_each_domain(tmp_path):
 
 
 def test_the_costs_name_the_chosen_layouts_and_a_costly_verification_says_why_it_loses(capsys):
-    costs = {"verify_cost": 2.3, "c": 0.05, "eq2_standard": 0.6, "eq2_online": None, "baseline_step": 0.9}
+    costs = {"verify_cost": 2.3, "c": 0.05, "eq2_standard": 0.6, "eq2_online": None, "baseline_step": 0.9,
+             "prefill": 4.0, "baseline_prefill": 5.0, "prefill_eq2_standard": 0.7, "prefill_eq2_online": None}  # fmt: skip
     info = {"cpu": "a CPU", "cpu_capability": "AVX2", "cpu_bf16_instructions": []}
     print_costs(costs, info, 3, "plain", "bf16_rows")
     printed = capsys.readouterr().out
     assert "serves as plain, alone as bf16_rows (0.90 of its steps)" in printed and "online SD -x" in printed
+    assert "(4.0 steps served, 5.0 alone): 0.70x and -x" in printed
     assert "compute-bound" in printed
     print_costs(costs | {"verify_cost": 1.1}, info, 3, "bf16_rows", "bf16_rows")
     assert "compute-bound" not in capsys.readouterr().out
