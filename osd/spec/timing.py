@@ -155,6 +155,9 @@ def draft_step_time(
     )
 
 
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "NUMBA_CPU_NAME")
+
+
 def machine(device: torch.device | str = "cpu") -> dict[str, object]:
     """What a timing depends on, for result files: the processor, its SIMD level and bfloat16
     instructions (`cpu_bf16_instructions`: AVX512-BF16 or AMX; without them bf16 matmuls convert to
@@ -182,6 +185,9 @@ def machine(device: torch.device | str = "cpu") -> dict[str, object]:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
     }
+    limits = {k: os.environ[k] for k in ISA_LIMITS if k in os.environ}
+    if limits:  # an older CPU emulated: the instruction sets torch, oneDNN, MKL and numba were held to
+        info["isa_limits"] = limits
     device = torch.device(device)
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)

@@ -27,3 +27,12 @@ def test_machine_reports_bf16_instructions_as_the_kernel_lists_them():
             flags = set(line.split(":", 1)[1].split())
             break
     assert machine()["cpu_bf16_instructions"] == sorted(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def test_machine_records_the_instruction_set_limits_of_an_emulated_cpu(monkeypatch):
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "NUMBA_CPU_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    assert "isa_limits" not in machine()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("NUMBA_CPU_NAME", "haswell")
+    assert machine()["isa_limits"] == {"ONEDNN_MAX_CPU_ISA": "AVX2", "NUMBA_CPU_NAME": "haswell"}
