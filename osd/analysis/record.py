@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from osd.analysis.recording import FORMAT, PromptRecord, Recording, paths, tokenizer_identity
+from osd.analysis.recording import FORMAT, PromptRecord, Recording, paths, prompt_id, tokenizer_identity
 from osd.conversations import load_conversations, user_query
 from osd.datafiles import refuse_overwrite
 from osd.model_checks import load_pretrained
@@ -104,7 +104,7 @@ def record_conversations(
     tokenizer: PreTrainedTokenizerBase = load_pretrained(AutoTokenizer, target_path)
     target = load_pretrained(AutoModelForCausalLM, target_path, dtype=dtype).eval()
     records = load_conversations(conversations)[:limit]
-    prompts = [(str(r.get("id", i)), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
+    prompts = [(prompt_id(r, i), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
     header = recording_header(target_path, tokenizer, os.path.abspath(conversations))
     return record_prompts(target, prompts, header, eos_token_id=tokenizer.eos_token_id, **kwargs)
 

@@ -22,6 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
+from osd.conversations import load_conversations
 from osd.datafiles import json_lines, read_text, write_text
 from osd.model_checks import SPECIAL_IDS
 
@@ -147,4 +148,39 @@ def check_token_ids(recording: Recording, rows: int, model: str) -> None:
         raise RecordingError(
             f"{model} embeds {rows} token ids, but prompt {pid} of the recording holds token id {top}: "
             "use a draft with the target's whole vocabulary"
+        )
+
+
+def prompt_id(record: dict, index: int) -> str:
+    """A conversation record's id in a recording: its `id` field, else its index in the file."""
+    return str(record.get("id", index))
+
+
+def stream_groups(recording: Recording, source: str, stream: str | Path, flag: str) -> list[str]:
+    """The `dataset` of each recorded prompt, read from the conversation file `stream` (`flag`); raise
+    unless that file's records are the prompts of the recording at `source`, in order."""
+    records = load_conversations(stream)
+    for i, prompt in enumerate(recording.prompts):
+        found = prompt_id(records[i], i) if i < len(records) else None
+        if found != prompt.id:
+            held = "ends before it" if found is None else f"has {found!r}"
+            raise RecordingError(
+                f"{flag} {stream} is not the stream recorded in {source}: the recording's prompt {i} is "
+                f"{prompt.id!r}, the file {held} (recorded from {recording.header.get('conversations')})"
+            )
+    return [r.get("dataset", "all") for r in records[: len(recording.prompts)]]
+
+
+def check_same_target(recording: Recording, source: str, other: Recording, other_source: str) -> None:
+    """Raise unless two recordings hold one target's outputs: model, tokenizer, template, temperature."""
+    diffs = [
+        f"{k} {recording.header.get(k)!r} vs {other.header.get(k)!r}"
+        for k in ("model", "prompt_template", "temperature")
+        if recording.header.get(k) != other.header.get(k)
+    ]
+    tokenizer = identity_difference(recording.header["tokenizer"], other.header["tokenizer"])
+    diffs += [f"tokenizer: {tokenizer}"] if tokenizer else []
+    if diffs:
+        raise RecordingError(
+            f"recordings {source} and {other_source} were made differently: {'; '.join(diffs)}"
         )
