@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from safetensors import SafetensorError
 
-from osd.user_errors import disk_full_as_oserror, non_negative_int, positive_int, run_main
+from osd.user_errors import disk_full_as_oserror, non_negative_float, non_negative_int, positive_int, run_main
 
 
 def fail(error: Exception) -> Callable[[], None]:
@@ -67,3 +67,16 @@ def test_a_count_flag_below_zero_is_a_usage_error_naming_it(text, capsys):
     err = capsys.readouterr().err
     assert "argument --steps: " in err
     assert ("expected 0 or more" in err) == (text != "two")
+
+
+@pytest.mark.parametrize("text", ["-1", "nan", "inf", "two"])
+def test_a_rate_flag_below_zero_or_not_finite_is_a_usage_error_naming_it(text, capsys):
+    parser = argparse.ArgumentParser(prog="tool")
+    parser.add_argument("--learning_rate", type=non_negative_float)
+    assert parser.parse_args(["--learning_rate", "0"]).learning_rate == 0
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["--learning_rate", text])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --learning_rate: " in err
+    assert ("expected a number of 0 or more" in err) == (text != "two")

@@ -53,7 +53,7 @@ from osd.online.updater import DraftUpdater, adamw_step
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
-from osd.user_errors import non_negative_int, positive_int, run_main
+from osd.user_errors import non_negative_float, non_negative_int, positive_int, run_main
 
 # the replay's defaults: an update after every query on its wrong positions, the draft served in float32
 PRESET = OnlineArguments(online_eval_interval=1, draft_serving_dtype="float32")
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--draft", required=True)
     add_gamma_flag(parser, ALPHA_FIGURES, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     add_online_flags(parser, PRESET)
-    parser.add_argument("--learning_rate", type=float, default=LEARNING_RATE)
-    parser.add_argument("--weight_decay", type=float, default=0.0)
+    parser.add_argument("--learning_rate", type=non_negative_float, default=LEARNING_RATE)
+    parser.add_argument("--weight_decay", type=non_negative_float, default=0.0)
     parser.add_argument(
         "--offline_steps", type=non_negative_int, default=0,
         help="also the offline ceiling: per group, the draft distilled for this many steps on the group's "

@@ -31,7 +31,7 @@ from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import context_limit
 from osd.spec.evaluate import target_only_greedy
-from osd.user_errors import non_negative_int, positive_int, run_main
+from osd.user_errors import non_negative_int, positive_float, positive_int, run_main
 
 
 @torch.inference_mode()
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--top_k", type=int, default=0, help="also record the top-k logits per position (0: no)"
     )
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="softmax temperature of the top-k alpha"
+        "--temperature", type=positive_float, default=1.0, help="softmax temperature of the top-k alpha"
     )
     parser.add_argument(
         "--dtype",
