@@ -210,6 +210,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--label given {len(labels)} times for {len(args.metrics)} metrics files")
     logs = [read_log(path) for path in args.metrics]
     runs = {label: alpha_series(entries) for label, entries in zip(labels, logs, strict=True)}
+    for path, (xs, _) in zip(args.metrics, runs.values(), strict=True):
+        if not xs:  # an offline run's log, an empty one, or one where nothing was ever proposed
+            raise ValueError(
+                f"the metrics {path} hold no online alpha (entries with queries_served): nothing to plot"
+            )
     first = logs[0]
     for group in args.groups:
         runs[f"{labels[0]}: {group}"] = alpha_series(first, group_series_key(first, group))

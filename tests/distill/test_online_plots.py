@@ -114,3 +114,11 @@ def test_a_stream_of_other_datasets_is_refused_naming_both(tmp_path):
     with pytest.raises(ValueError, match=rf"the metrics {tmp_path} log alpha for datasets \['sql'\] that --stream "
                        rf"{tmp_path}/stream.json does not hold \(it holds \['math'\]\)"):  # fmt: skip
         main([str(tmp_path), "--out", str(tmp_path / "alpha.png"), "--stream", str(tmp_path / "stream.json")])
+
+
+def test_a_log_without_online_alpha_is_refused(tmp_path):
+    """Issue 49 probe: an empty (or offline) metrics.jsonl gave an empty plot with exit status 0."""
+    write_log(tmp_path, [{"step": 1, "loss": 0.5}])
+    with pytest.raises(ValueError, match=f"the metrics {tmp_path} hold no online alpha"):
+        main([str(tmp_path), "--out", str(tmp_path / "alpha.png")])
+    assert not (tmp_path / "alpha.png").exists()
