@@ -40,6 +40,7 @@ from osd.distill.callbacks import METRICS_FILE
 from osd.distill.checkpoints import STAGING_DIR
 from osd.distill.run_dir import FINAL_STATE, reported_figures
 from osd.paths import REPO_ROOT, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative, workload_path
+from osd.user_errors import run_main
 
 COMMON = [
     "--student_model_path", str(TINY_DRAFT_PATH), "--teacher_model_path", str(TINY_TEACHER_PATH),
@@ -308,4 +309,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.crash_test"))
