@@ -131,6 +131,7 @@ def load_recording(stem: str | Path) -> Recording:
                 f"{tensors} holds the top-k tensors of {held} prompt records, {jsonl} {len(rows)}: the two files "
                 "are not one recording (one is cut short, or from another run); record it again"
             )
+        refuse_non_finite_tensors(arrays, tensors, [row.get("id") for row in rows])
     prompts = []
     for i, row in enumerate(rows):
         try:
@@ -138,6 +139,19 @@ def load_recording(stem: str | Path) -> Recording:
         except TypeError as e:
             raise RecordingError(f"{jsonl}, line {i + 2}: not a prompt record ({e})") from e
     return Recording(header, prompts)
+
+
+def refuse_non_finite_tensors(arrays: dict[str, torch.Tensor], tensors: Path, ids: list) -> None:
+    """Raise naming the tensor, prompt and position of the first NaN or infinite recorded value."""
+    for name in sorted(arrays):
+        bad = (~torch.isfinite(arrays[name])).nonzero()
+        if len(bad):
+            position = tuple(bad[0].tolist())
+            prompt = ids[int(name.partition(".")[2])]
+            raise RecordingError(
+                f"{tensors}: {name} (prompt {prompt}) holds {arrays[name][position].item()} at position "
+                f"{list(position)}; a recording holds finite values: record it again"
+            )
 
 
 def check_token_ids(recording: Recording, rows: int, model: str) -> None:
