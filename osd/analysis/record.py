@@ -21,7 +21,15 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from osd.analysis.recording import FORMAT, PromptRecord, Recording, paths, prompt_id, tokenizer_identity
+from osd.analysis.recording import (
+    FORMAT,
+    PromptRecord,
+    Recording,
+    paths,
+    prompt_id,
+    refuse_foreign_output,
+    tokenizer_identity,
+)
 from osd.conversations import load_conversations, user_query
 from osd.datafiles import refuse_overwrite
 from osd.model_checks import load_pretrained
@@ -154,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         dict(zip(("--output", "--output (tensors)"), paths(args.output), strict=True)),
         {"--conversations": args.conversations, "--target": args.target},
     )
+    refuse_foreign_output(args.output, "--output")
     if args.threads:
         torch.set_num_threads(args.threads)
     recording = record_conversations(

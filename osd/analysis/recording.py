@@ -29,6 +29,7 @@ from osd.model_checks import SPECIAL_IDS
 FORMAT = "osd-recording/1"
 
 
+HEADER_LIMIT = 1 << 20  # characters read of a file's first line to tell a recording header
 TENSORS = ("topk_ids", "topk_logits", "logsumexp")  # per prompt record i in the tensor file: `{name}.{i}`
 
 
@@ -98,6 +99,24 @@ def paths(stem: str | Path) -> tuple[Path, Path]:
     if stem.suffix in (".jsonl", ".safetensors"):
         stem = stem.with_suffix("")
     return stem.with_name(stem.name + ".jsonl"), stem.with_name(stem.name + ".safetensors")
+
+
+def refuse_foreign_output(stem: str | Path, flag: str) -> None:
+    """Raise when the files a recording at `stem` would write exist and are not a recording: a tool
+    writes over an earlier recording only, never over a file it did not write (issue 49, rule 1)."""
+    jsonl, tensors = paths(stem)
+    existing = [p for p in (jsonl, tensors) if p.is_file()]  # not a device (a write there fails as it will)
+    if not existing:
+        return
+    try:
+        with jsonl.open(encoding="utf-8") as f:
+            first = json.loads(f.readline(HEADER_LIMIT))
+    except (OSError, ValueError):
+        first = None
+    if not isinstance(first, dict) or first.get("format") != FORMAT:
+        raise RecordingError(
+            f"{flag} {stem}: {existing[0]} exists and is not a recording; choose another {flag}"
+        )
 
 
 def load_recording(stem: str | Path) -> Recording:
