@@ -32,6 +32,7 @@ from osd.online.config import add_online_flags, online_arguments
 from osd.results import write_part
 from osd.spec.gamma import STANDARD_TIMING, add_gamma_flag
 from osd.streams import load_sources
+from osd.user_errors import run_main
 
 
 def parse_size(size: str) -> tuple[int, int]:
@@ -111,4 +112,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.ablation_drafts"))

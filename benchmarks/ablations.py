@@ -53,6 +53,7 @@ from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, STANDARD_TIMING, add_gamm
 from osd.spec.hf_generate import timed_generate
 from osd.spec.timing import draft_step_time, step_time
 from osd.spec.weight_major import use_weight_major_linears
+from osd.user_errors import run_main
 
 Prompt = tuple[str, list[int]]  # (id, prompt token ids)
 TARGET_ONLY = "target only"
@@ -322,4 +323,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.ablations"))

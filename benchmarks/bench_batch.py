@@ -38,6 +38,7 @@ from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import draft_step_time, step_time, synchronize
 from osd.spec.weight_major import use_weight_major_linears
+from osd.user_errors import run_main
 
 T = TypeVar("T")
 
@@ -199,4 +200,4 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.bench_batch"))

@@ -43,6 +43,7 @@ from osd.spec.hf_generate import timed_generate
 from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
 from osd.spec.timing import draft_step_time, machine, step_time
 from osd.spec.weight_major import use_weight_major_linears
+from osd.user_errors import run_main
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -244,4 +245,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.bench_engine"))

@@ -32,6 +32,7 @@ from osd.spec.adaptive import GammaPolicy
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.hf_generate import timed_generate
 from osd.spec.weight_major import use_weight_major_linears
+from osd.user_errors import run_main
 
 # one prompt -> (generated tokens, seconds, alpha sum, proposals, verification steps)
 Method = Callable[[torch.Tensor], tuple[int, float, float, int, int]]
@@ -169,4 +170,4 @@ def plot(rows: list[dict], domains: list[str], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.bench_gamma"))

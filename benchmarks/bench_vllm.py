@@ -53,6 +53,7 @@ from osd.serving.online import load_queries, serve_stream
 from osd.serving.subvocab import served_draft_folder
 from osd.spec.gamma import DEMO, add_gamma_flag
 from osd.streams import abrupt_stream, load_sources
+from osd.user_errors import run_main
 
 COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
            *DOMAINS, "tail_tokens_per_s", *(f"tail_{d}" for d in DOMAINS), "updates", "swap_time_s",
@@ -203,4 +204,4 @@ def run_all(args: ServingArguments, opts: argparse.Namespace, tails: dict, scrat
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.bench_vllm"))

@@ -1,5 +1,6 @@
 """Crash test: `osd.train` runs SIGKILLed at random moments and while a checkpoint is being written,
-then rerun with the same command until they finish; the final weights and metrics must equal an
+then rerun with the same command until they finish; the final weights and every reported figure
+(`osd.distill.run_dir.reported_figures`: metrics.jsonl, trainer_state.json, run.json) must equal an
 uninterrupted run's.
 
     python -m benchmarks.crash_test                       # 24 kills: 14 minutes on a busy 2-core machine
@@ -11,8 +12,9 @@ temperature 0.7, so the sampling generator matters; a checkpoint every 3 steps, 
 Each trial starts one of them from an empty folder and kills it --kills_per_trial times, each kill
 either at a random moment (0.2-0.7 times the uninterrupted run's wall time after the start; a
 process that finishes first is not killed) or a random 0-50 ms into the 1st or 2nd checkpoint
-write of that process (its staging folder appeared). Every launch is the same command, with
-`--resume_from_checkpoint last`. Once a run has finished it is rerun once more, which must change
+write of that process (its staging folder appeared); `trial(kinds=...)` may also kill a random
+0-50 ms after a random write to metrics.jsonl, i.e. at a random step (tests/distill/test_kill_resume.py).
+Every launch is the same command, with `--resume_from_checkpoint last`. Once a run has finished it is rerun once more, which must change
 nothing. Trials alternate between the two runs until --kills kills were made. Writes
 {out}/results.json and table.md (machine paths made repo-relative).
 """
@@ -34,10 +36,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from osd.distill.callbacks import METRICS_FILE, read_metrics, reproducible
+from osd.distill.callbacks import METRICS_FILE
 from osd.distill.checkpoints import STAGING_DIR
-from osd.distill.run_dir import FINAL_STATE
+from osd.distill.run_dir import FINAL_STATE, reported_figures
 from osd.paths import REPO_ROOT, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative, workload_path
+from osd.user_errors import run_main
 
 COMMON = [
     "--student_model_path", str(TINY_DRAFT_PATH), "--teacher_model_path", str(TINY_TEACHER_PATH),
@@ -56,6 +59,7 @@ RUNS = {
 }  # fmt: skip
 RECORDS = {"online": 24, "offline": 48}  # the first records of data/local/sql_train.json
 FINAL_FILES = (METRICS_FILE, FINAL_STATE, "model.safetensors")
+KINDS = ("random", "checkpoint")  # v2's kill schedule; "step" kills after a random metrics.jsonl write
 # what osd.train logs about where a launch starts from
 LOGGED = (
     "resuming from",
@@ -96,14 +100,25 @@ def staged_checkpoints(out: Path, since: float) -> list[str]:
     return sorted(found)
 
 
+def file_version(path: Path) -> tuple[int, int] | None:
+    """(size, mtime) of a file, None when it is missing: a change means a write."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
 def launch(
     cmd: list[str], out: Path, log: Path, kill: str | None, kill_at: float, nth_write: int = 1
 ) -> dict:
-    """One process of the command; kill: None, 'random' (at kill_at s) or 'checkpoint' (a random
-    0-50 ms into the nth_write-th checkpoint write of this process)."""
+    """One process of the command; kill: None, 'random' (at kill_at s), 'checkpoint' (a random
+    0-50 ms into the nth_write-th checkpoint write of this process) or 'step' (a random 0-50 ms
+    after the nth_write-th write to metrics.jsonl that this process is seen making)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     offset = log.stat().st_size if log.exists() else 0
     start, since, writes = time.monotonic(), time.time(), set()
+    metrics, metrics_writes = file_version(out / METRICS_FILE), 0
     result: dict = {"planned": kill, "killed": None}
     with log.open("a") as f:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -111,8 +126,10 @@ def launch(
             elapsed = time.monotonic() - start
             if kill == "checkpoint":
                 writes.update(staged_checkpoints(out, since))
-            if (kill == "random" and elapsed >= kill_at) or len(writes) >= nth_write:
-                if kill == "checkpoint":
+            elif kill == "step" and (now := file_version(out / METRICS_FILE)) != metrics:
+                metrics, metrics_writes = now, metrics_writes + 1
+            if (kill == "random" and elapsed >= kill_at) or max(len(writes), metrics_writes) >= nth_write:
+                if kill != "random":
                     time.sleep(random.uniform(0.0, 0.05))
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
@@ -132,30 +149,51 @@ def launch(
     return result
 
 
-def outcome(out: Path) -> tuple[dict, list[dict]]:
-    return load_file(out / "model.safetensors"), reproducible(read_metrics(out))
+def outcome(out: Path) -> tuple[dict, dict]:
+    """A finished run's weights and reported figures."""
+    return load_file(out / "model.safetensors"), reported_figures(out)
 
 
-def same_outcome(out: Path, reference: tuple[dict, list[dict]]) -> dict:
-    weights, metrics = outcome(out)
-    ref_weights, ref_metrics = reference
+def reference(run: str, data: Path, out: Path) -> tuple[tuple[dict, dict], float]:
+    """An uninterrupted run of `run` into `out`: its outcome and wall time (s)."""
+    first = launch(command(run, data, out), out, out.parent / f"{out.name}.log", None, 0.0)
+    if first["rc"] != 0:
+        raise SystemExit(f"the uninterrupted {run} run failed: see {out.parent / (out.name + '.log')}")
+    return outcome(out), first["wall_s"]
+
+
+def same_outcome(out: Path, reference: tuple[dict, dict]) -> dict:
+    weights, figures = outcome(out)
+    ref_weights, ref_figures = reference
     max_diff = max((weights[k] - ref_weights[k]).abs().max().item() for k in ref_weights)
     identical = weights.keys() == ref_weights.keys() and all(
         torch.equal(weights[k], ref_weights[k]) for k in ref_weights
     )
-    return {"weights_identical": identical, "weights_max_abs_diff": max_diff, "metrics_identical": metrics == ref_metrics,
-            "metrics_entries": len(metrics)}  # fmt: skip
+    differing = [name for name in ref_figures if figures[name] != ref_figures[name]]
+    return {"weights_identical": identical, "weights_max_abs_diff": max_diff, "metrics_identical": not differing,
+            "differing_files": differing, "metrics_entries": len(figures[METRICS_FILE])}  # fmt: skip
 
 
 def trial(
-    run: str, data: Path, out: Path, reference: tuple, ref_wall: float, kills: int, rng: random.Random
+    run: str,
+    data: Path,
+    out: Path,
+    reference: tuple,
+    ref_wall: float,
+    kills: int,
+    rng: random.Random,
+    kinds: tuple[str, ...] = KINDS,
 ) -> dict:
-    """Kill the run `kills` times, rerun until it finishes, rerun once more; compare with the reference."""
+    """Kill the run `kills` times (each a kill of `kinds`), rerun until it finishes, rerun once more;
+    compare with the reference."""
     cmd, log = command(run, data, out), out.parent / f"{out.name}.log"
     launches = []
     for i in range(kills + 1):
-        kill = None if i == kills else rng.choice(["random", "checkpoint"])
-        launches.append(launch(cmd, out, log, kill, rng.uniform(0.2, 0.7) * ref_wall, rng.randint(1, 2)))
+        kill = None if i == kills else rng.choice(kinds)
+        kill_at, nth_write = rng.uniform(0.2, 0.7) * ref_wall, rng.randint(1, 2)
+        if kill == "step":
+            nth_write = rng.randint(1, len(reference[1][METRICS_FILE]))
+        launches.append(launch(cmd, out, log, kill, kill_at, nth_write))
         if launches[-1]["killed"] is None:  # finished (or failed) before its kill
             break
     finished = launches[-1]
@@ -178,23 +216,24 @@ def trial(
     )
 
 
+SHORT = {"random": "rand", "checkpoint": "ckpt", "step": "step"}
+
+
 def markdown(results: dict) -> str:
     t = results["totals"]
     lines = [
         f"Crash test (`{results['command']}`): {t['kills']} SIGKILLs ({t['kills_during_checkpoint_write']} while a "
         f"checkpoint was being written, {t['torn_checkpoints_left']} left a torn staging folder), "
         f"{t['resumes']} reruns of the same command, {t['identical']}/{t['trials']} trials ending with weights "
-        "and metrics identical to the uninterrupted run (and unchanged by one more rerun).",
+        "and reported figures identical to the uninterrupted run (and unchanged by one more rerun).",
         "",
-        "| trial | run | launches | kills (at s: random / during checkpoint write) | torn checkpoints "
-        "| weights identical | metrics identical | rerun after finish unchanged |",
+        "| trial | run | launches | kills (at s: random / during checkpoint write / after a step) | torn checkpoints "
+        "| weights identical | figures identical | rerun after finish unchanged |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(results["trials"], 1):
         kills = [launch for launch in r["launches"] if launch["killed"]]
-        described = ", ".join(
-            f"{k['at_s']} {'ckpt' if k['killed'] == 'checkpoint' else 'rand'}" for k in kills
-        )
+        described = ", ".join(f"{k['at_s']} {SHORT[k['killed']]}" for k in kills)
         torn = ", ".join(k["torn_checkpoint"] for k in kills if k["torn_checkpoint"]) or "-"
         described = described or "none (finished before its planned kill)"
         lines.append(f"| {i} | {r['run']} | {len(r['launches'])} | {described} | {torn} | {r.get('weights_identical')} "
@@ -231,12 +270,8 @@ def main(argv: list[str] | None = None) -> dict:
     for run, n in RECORDS.items():
         data[run] = work / f"{run}_data.json"
         data[run].write_text(json.dumps(records[:n]))
-        ref = work / f"{run}_reference"
-        first = launch(command(run, data[run], ref), ref, work / f"{ref.name}.log", None, 0.0)
-        if first["rc"] != 0:
-            raise SystemExit(f"the uninterrupted {run} run failed: see {work / (ref.name + '.log')}")
-        references[run], ref_walls[run] = outcome(ref), first["wall_s"]
-        print(f"[crash_test] {run} reference: {first['wall_s']} s", file=sys.stderr)
+        references[run], ref_walls[run] = reference(run, data[run], work / f"{run}_reference")
+        print(f"[crash_test] {run} reference: {ref_walls[run]} s", file=sys.stderr)
     trials: list[dict] = []
     while sum(len([x for x in t["launches"] if x["killed"]]) for t in trials) < args.kills:
         run = list(RUNS)[len(trials) % len(RUNS)]
@@ -274,4 +309,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.crash_test"))

@@ -29,6 +29,7 @@ from osd.analysis.simulate import simulate, simulated_alpha
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
+from osd.user_errors import run_main
 
 
 def draft_alpha(
@@ -78,4 +79,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.draft_alpha"))

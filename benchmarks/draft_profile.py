@@ -49,6 +49,7 @@ from osd.paths import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa
 from osd.spec.draft_vocab import set_draft_vocab  # noqa: E402
 from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.timing import machine, step_time  # noqa: E402
+from osd.user_errors import run_main
 
 
 def make_draft(target: PreTrainedModel, depth: int, width: int) -> PreTrainedModel:
@@ -234,4 +235,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.draft_profile"))

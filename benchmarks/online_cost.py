@@ -32,6 +32,7 @@ from osd.paths import DOMAINS
 from osd.results import markdown_table, save_results
 from osd.spec.gamma import STANDARD_TIMING
 from osd.streams import load_sources
+from osd.user_errors import run_main
 
 MODES = {"synchronous": False, "background": True}  # --online_background_update
 
@@ -106,4 +107,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.online_cost"))

@@ -21,6 +21,7 @@ from osd.paths import DOMAINS
 from osd.plots import alpha_series, plot_alpha
 from osd.results import markdown_table, save_results
 from osd.streams import load_sources, mix_stream
+from osd.user_errors import run_main
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -61,4 +62,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.online_routed"))

@@ -41,6 +41,7 @@ from osd.paths import DOMAINS
 from osd.plots import alpha_series, dataset_bands, plot_alpha
 from osd.results import markdown_table, save_results
 from osd.streams import abrupt_stream, drift_stream, load_sources, mix_stream, topic_sources
+from osd.user_errors import run_main
 
 
 def build_stream(
@@ -160,4 +161,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.online_shift"))

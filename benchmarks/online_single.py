@@ -45,6 +45,7 @@ from osd.plots import alpha_series, plot_alpha
 from osd.results import markdown_table, save_results, write_part
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, add_gamma_flag
 from osd.streams import load_sources
+from osd.user_errors import run_main
 
 PRESET = replace(BENCHMARK_PRESET, online_update_interval=8)
 
@@ -136,4 +137,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.online_single"))

@@ -29,6 +29,7 @@ from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import draft_step_time, machine, step_time
 from osd.spec.weight_major import use_weight_major_linears
+from osd.user_errors import run_main
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -115,4 +116,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.step_costs"))

@@ -42,6 +42,7 @@ from osd.distill.trainer import DistillTrainer
 from osd.models import load_model, load_tokenizer
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 from osd.spec.gamma import NEEDS_PROPOSALS, parse_gamma
+from osd.user_errors import run_main
 
 KL_METHODS = ("forward", "reverse", "jsd", "reference_mix", "tvd")  # the paper's columns + ours
 PAIRS = ("decoder", "t5")
@@ -313,4 +314,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.table1_offline"))

@@ -22,7 +22,7 @@ from osd.analysis.record import record_conversations
 from osd.analysis.recording import tokenizer_identity
 from osd.analysis.simulate import simulate, topk_summary
 from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative, workload_path
-from osd.user_errors import positive_int
+from osd.user_errors import positive_int, run_main
 
 
 def main() -> None:
@@ -82,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.topk_alpha"))

@@ -33,6 +33,7 @@ from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
 from osd.spec.gamma import DEMO, add_gamma_flag
 from osd.streams import load_sources
+from osd.user_errors import run_main
 
 TRAINERS = {  # name: (a thread or a process, fused AdamW)
     "thread": ("thread", False),
@@ -124,4 +125,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.trainer_contention"))

@@ -41,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from osd.conversations import save_conversations  # noqa: E402
+from osd.user_errors import run_main
 
 DOMAINS = ("sql", "math", "code", "finance")
 
@@ -438,4 +439,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "build_local_workload.py"))

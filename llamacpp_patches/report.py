@@ -39,7 +39,7 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from osd.cost_model import alpha_from_tokens_per_step, speedup, speedup_measured_verify  # noqa: E402
-from osd.datafiles import refuse_overwrite  # noqa: E402
+from osd.datafiles import read_text, refuse_overwrite  # noqa: E402
 from osd.user_errors import run_main  # noqa: E402
 
 REQUIRED_KEYS = (
@@ -78,7 +78,7 @@ def load_lines(path: str | Path) -> list[dict]:
     """The JSON lines of one llama-osd-stream output file, each tagged with its `file`."""
     path = Path(path)
     lines = []
-    for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, text in enumerate(read_text(path).splitlines(), start=1):
         if not text.strip():
             continue
         try:

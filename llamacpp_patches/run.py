@@ -30,6 +30,7 @@ if not __package__:
 
 from transformers import AutoTokenizer, HfArgumentParser  # noqa: E402
 
+from llamacpp_patches.gguf_vocab import check_gguf_vocab  # noqa: E402
 from llamacpp_patches.prompts import osd_template, template_mismatches  # noqa: E402
 from llamacpp_patches.report import format_table, load_lines, summarize  # noqa: E402
 from osd.conversations import load_conversations, save_conversations, user_query  # noqa: E402
@@ -197,6 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     refuse_overwrite(outputs, inputs)
     tokenizer = load_pretrained(
         AutoTokenizer, args.tokenizer_path, "give the target's HF folder or hub name as --tokenizer_path"
+    )
+    check_gguf_vocab(
+        tokenizer, args.tokenizer_path, {f"--{f}": getattr(args, f) for f in ("target_gguf", "draft_gguf")}
     )
     template = osd_template(tokenizer)
     records = collect_queries(args.data_path, args.limit)

@@ -155,6 +155,23 @@ def plot_alpha(
     return out
 
 
+def check_served(entries: Sequence[dict], log: str, datasets: list[str], stream: str) -> None:
+    """Raise unless the log could be of a run that served `stream` (its `datasets`, in order): it
+    served no more queries than the stream holds, and names only the stream's datasets."""
+    served = max((e[QUERIES_SERVED] for e in entries if QUERIES_SERVED in e), default=0)
+    if served > len(datasets):
+        raise ValueError(
+            f"--stream {stream} holds {len(datasets)} queries, but the metrics {log} logged {served:.0f} served: "
+            "plot a run against the stream it served"
+        )
+    logged = {m.group(2) for e in entries for k in e if (m := GROUP_KEY.match(k)) and m.group(1) == "dataset"}
+    if unknown := sorted(logged - set(datasets)):
+        raise ValueError(
+            f"the metrics {log} log alpha for datasets {unknown} that --stream {stream} does not hold "
+            f"(it holds {sorted(set(datasets))}): plot a run against the stream it served"
+        )
+
+
 def _parse_reference(text: str) -> tuple[str, float]:
     label, sep, value = text.rpartition("=")
     if not sep:
@@ -191,24 +208,21 @@ def main(argv: list[str] | None = None) -> None:
     ]
     if len(labels) != len(args.metrics):
         raise SystemExit(f"--label given {len(labels)} times for {len(args.metrics)} metrics files")
-    runs, first = {}, None
-    for label, path in zip(labels, args.metrics, strict=True):
-        entries = read_log(path)
-        first = entries if first is None else first
-        runs[label] = alpha_series(entries)
+    logs = [read_log(path) for path in args.metrics]
+    runs = {label: alpha_series(entries) for label, entries in zip(labels, logs, strict=True)}
+    for path, (xs, _) in zip(args.metrics, runs.values(), strict=True):
+        if not xs:  # an offline run's log, an empty one, or one where nothing was ever proposed
+            raise ValueError(
+                f"the metrics {path} hold no online alpha (entries with queries_served): nothing to plot"
+            )
+    first = logs[0]
     for group in args.groups:
         runs[f"{labels[0]}: {group}"] = alpha_series(first, group_series_key(first, group))
     bands: list[tuple[int, int, str]] = []
     if args.stream:
         datasets = [r.get("dataset", "?") for r in load_conversations(args.stream)]
-        served = max(
-            (max(xs, default=0) for xs, _ in runs.values()), default=0
-        )  # the curves' x: queries served
-        if served > len(datasets):
-            raise ValueError(
-                f"--stream {args.stream} holds {len(datasets)} queries, but the metrics logged {served:.0f} served: "
-                "plot a run against the stream it served"
-            )
+        for path, entries in zip(args.metrics, logs, strict=True):
+            check_served(entries, path, datasets, args.stream)
         bands = dataset_bands(datasets)
     out = plot_alpha(runs, args.out, args.window, dict(args.reference), bands, args.title)
     print(f"wrote {out}")

@@ -13,7 +13,9 @@ path, a full disk). Anything else is a bug and keeps its traceback. Usage errors
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +52,23 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value}; expected 0 or more")
     return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type for a rate that may be 0 (`--learning_rate`), else a usage error (NaN included)."""
+    value = float(text)  # a ValueError here is argparse's "invalid non_negative_float value"
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}; expected a number of 0 or more")
+    return value
+
+
+def refuse_non_finite(flags: object) -> None:
+    """Raise naming the first float field of a flags dataclass that is NaN or infinite (a NaN passes
+    every range check written as `value < minimum`)."""
+    for f in dataclasses.fields(flags):
+        value = getattr(flags, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{f.name} must be a finite number, got {value}")
 
 
 def positive_float(text: str) -> float:

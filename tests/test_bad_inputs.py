@@ -45,6 +45,7 @@ def p(tmp_path_factory) -> SimpleNamespace:
     p.topic = root / "topic.json"
     p.topic.write_text(json.dumps([{**records[0], "topic": 3}]))
     p.afile.write_text("not a folder")
+    (root / "notes.jsonl").write_text("my notes\n")
     p.rec = root / "rec"
     record.main(["--target", str(p.teacher), "--conversations", str(p.conv), "--limit", "1",
                  "--max_new_tokens", "4", "--output", str(p.rec)])  # fmt: skip
@@ -128,6 +129,10 @@ CASES: dict[str, tuple[str, str, int, tuple[str, ...]]] = {
     ),
     "record --limit 0 (then simulate said alpha nan)": (
         "record", f"{RECORD} --limit 0 --output {{root}}/zero", 2, ("argument --limit: 0; expected at least 1",)
+    ),
+    "record over a file it did not write (issue 49 probe: replaced, exit status 0)": (
+        "record", f"{RECORD} --limit 1 --output {{root}}/notes", 1,
+        ("--output {root}/notes: {root}/notes.jsonl exists and is not a recording; choose another --output",),
     ),
     "record on a full disk": (
         "record", f"{RECORD} --limit 1 --max_new_tokens 2 --output {{root}}/full", 1,

@@ -30,6 +30,7 @@ from osd.analysis.simulate import check_draft
 from osd.models import load_model, load_tokenizer
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.user_errors import run_main
 
 
 def followers(ids: list[int], pos: int) -> list[int]:
@@ -106,4 +107,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.analysis.copying"))

@@ -32,10 +32,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from osd.alpha import format_alpha, pooled_alpha
-from osd.analysis.recording import Recording, load_recording, paths, tokenizer_identity
+from osd.analysis.recording import (
+    Recording,
+    check_same_target,
+    load_recording,
+    paths,
+    stream_groups,
+    tokenizer_identity,
+)
 from osd.analysis.replay_server import ReplayServer, recording_queries, topk_loss, topk_query
 from osd.analysis.simulate import check_draft
-from osd.conversations import load_conversations
 from osd.datafiles import refuse_overwrite
 from osd.distill.lm_training import train_lm
 from osd.distill.teacher_topk import topk_distillation
@@ -47,7 +53,7 @@ from osd.online.updater import DraftUpdater, adamw_step
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
-from osd.user_errors import non_negative_int, positive_int, run_main
+from osd.user_errors import non_negative_float, non_negative_int, positive_int, run_main
 
 # the replay's defaults: an update after every query on its wrong positions, the draft served in float32
 PRESET = OnlineArguments(online_eval_interval=1, draft_serving_dtype="float32")
@@ -146,8 +152,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--draft", required=True)
     add_gamma_flag(parser, ALPHA_FIGURES, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     add_online_flags(parser, PRESET)
-    parser.add_argument("--learning_rate", type=float, default=LEARNING_RATE)
-    parser.add_argument("--weight_decay", type=float, default=0.0)
+    parser.add_argument("--learning_rate", type=non_negative_float, default=LEARNING_RATE)
+    parser.add_argument("--weight_decay", type=non_negative_float, default=0.0)
     parser.add_argument(
         "--offline_steps", type=non_negative_int, default=0,
         help="also the offline ceiling: per group, the draft distilled for this many steps on the group's "
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
     online = online_arguments(args)
     recording = load_recording(args.recording)
     recording.prompts = recording.prompts[: args.limit]
-    groups = [r.get("dataset", "all") for r in load_conversations(args.stream)][: len(recording.prompts)]
+    groups = stream_groups(recording, args.recording, args.stream, "--stream")
     draft_tokenizer = load_pretrained(AutoTokenizer, args.draft)
     tokenizer = tokenizer_identity(draft_tokenizer)
     draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=torch.float32))
@@ -201,8 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
         more = None
         if args.offline_more:
             more_recording = load_recording(args.offline_more[0])
-            more_groups = [r.get("dataset", "all") for r in load_conversations(args.offline_more[1])]
-            more = more_recording, more_groups[: len(more_recording.prompts)]
+            check_same_target(recording, args.recording, more_recording, args.offline_more[0])
+            more = more_recording, stream_groups(more_recording, *args.offline_more, "--offline_more")
         result["offline"] = offline_ceiling(recording, standard_draft, tokenizer, args.gamma, groups,
                                             args.offline_steps, more, seed=args.seed,
                                             serve_dtype=online.draft_serving_dtype or "float32")  # fmt: skip

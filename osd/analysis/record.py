@@ -21,7 +21,15 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from osd.analysis.recording import FORMAT, PromptRecord, Recording, paths, tokenizer_identity
+from osd.analysis.recording import (
+    FORMAT,
+    PromptRecord,
+    Recording,
+    paths,
+    prompt_id,
+    refuse_foreign_output,
+    tokenizer_identity,
+)
 from osd.conversations import load_conversations, user_query
 from osd.datafiles import refuse_overwrite
 from osd.model_checks import load_pretrained
@@ -31,7 +39,7 @@ from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import context_limit
 from osd.spec.evaluate import target_only_greedy
-from osd.user_errors import non_negative_int, positive_int, run_main
+from osd.user_errors import non_negative_int, positive_float, positive_int, run_main
 
 
 @torch.inference_mode()
@@ -104,7 +112,7 @@ def record_conversations(
     tokenizer: PreTrainedTokenizerBase = load_pretrained(AutoTokenizer, target_path)
     target = load_pretrained(AutoModelForCausalLM, target_path, dtype=dtype).eval()
     records = load_conversations(conversations)[:limit]
-    prompts = [(str(r.get("id", i)), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
+    prompts = [(prompt_id(r, i), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
     header = recording_header(target_path, tokenizer, os.path.abspath(conversations))
     return record_prompts(target, prompts, header, eos_token_id=tokenizer.eos_token_id, **kwargs)
 
@@ -138,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--top_k", type=int, default=0, help="also record the top-k logits per position (0: no)"
     )
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="softmax temperature of the top-k alpha"
+        "--temperature", type=positive_float, default=1.0, help="softmax temperature of the top-k alpha"
     )
     parser.add_argument(
         "--dtype",
@@ -154,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         dict(zip(("--output", "--output (tensors)"), paths(args.output), strict=True)),
         {"--conversations": args.conversations, "--target": args.target},
     )
+    refuse_foreign_output(args.output, "--output")
     if args.threads:
         torch.set_num_threads(args.threads)
     recording = record_conversations(

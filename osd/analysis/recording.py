@@ -22,12 +22,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
+from osd.conversations import load_conversations
 from osd.datafiles import json_lines, read_text, write_text
 from osd.model_checks import SPECIAL_IDS
 
 FORMAT = "osd-recording/1"
 
 
+HEADER_LIMIT = 1 << 20  # characters read of a file's first line to tell a recording header
 TENSORS = ("topk_ids", "topk_logits", "logsumexp")  # per prompt record i in the tensor file: `{name}.{i}`
 
 
@@ -99,6 +101,24 @@ def paths(stem: str | Path) -> tuple[Path, Path]:
     return stem.with_name(stem.name + ".jsonl"), stem.with_name(stem.name + ".safetensors")
 
 
+def refuse_foreign_output(stem: str | Path, flag: str) -> None:
+    """Raise when the files a recording at `stem` would write exist and are not a recording: a tool
+    writes over an earlier recording only, never over a file it did not write (issue 49, rule 1)."""
+    jsonl, tensors = paths(stem)
+    existing = [p for p in (jsonl, tensors) if p.is_file()]  # not a device (a write there fails as it will)
+    if not existing:
+        return
+    try:
+        with jsonl.open(encoding="utf-8") as f:
+            first = json.loads(f.readline(HEADER_LIMIT))
+    except (OSError, ValueError):
+        first = None
+    if not isinstance(first, dict) or first.get("format") != FORMAT:
+        raise RecordingError(
+            f"{flag} {stem}: {existing[0]} exists and is not a recording; choose another {flag}"
+        )
+
+
 def load_recording(stem: str | Path) -> Recording:
     """Read a recording written by `Recording.save` (the tensors too when its header has top_k)."""
     jsonl, tensors = paths(stem)
@@ -130,6 +150,7 @@ def load_recording(stem: str | Path) -> Recording:
                 f"{tensors} holds the top-k tensors of {held} prompt records, {jsonl} {len(rows)}: the two files "
                 "are not one recording (one is cut short, or from another run); record it again"
             )
+        refuse_non_finite_tensors(arrays, tensors, [row.get("id") for row in rows])
     prompts = []
     for i, row in enumerate(rows):
         try:
@@ -137,6 +158,19 @@ def load_recording(stem: str | Path) -> Recording:
         except TypeError as e:
             raise RecordingError(f"{jsonl}, line {i + 2}: not a prompt record ({e})") from e
     return Recording(header, prompts)
+
+
+def refuse_non_finite_tensors(arrays: dict[str, torch.Tensor], tensors: Path, ids: list) -> None:
+    """Raise naming the tensor, prompt and position of the first NaN or infinite recorded value."""
+    for name in sorted(arrays):
+        bad = (~torch.isfinite(arrays[name])).nonzero()
+        if len(bad):
+            position = tuple(bad[0].tolist())
+            prompt = ids[int(name.partition(".")[2])]
+            raise RecordingError(
+                f"{tensors}: {name} (prompt {prompt}) holds {arrays[name][position].item()} at position "
+                f"{list(position)}; a recording holds finite values: record it again"
+            )
 
 
 def check_token_ids(recording: Recording, rows: int, model: str) -> None:
@@ -147,4 +181,39 @@ def check_token_ids(recording: Recording, rows: int, model: str) -> None:
         raise RecordingError(
             f"{model} embeds {rows} token ids, but prompt {pid} of the recording holds token id {top}: "
             "use a draft with the target's whole vocabulary"
+        )
+
+
+def prompt_id(record: dict, index: int) -> str:
+    """A conversation record's id in a recording: its `id` field, else its index in the file."""
+    return str(record.get("id", index))
+
+
+def stream_groups(recording: Recording, source: str, stream: str | Path, flag: str) -> list[str]:
+    """The `dataset` of each recorded prompt, read from the conversation file `stream` (`flag`); raise
+    unless that file's records are the prompts of the recording at `source`, in order."""
+    records = load_conversations(stream)
+    for i, prompt in enumerate(recording.prompts):
+        found = prompt_id(records[i], i) if i < len(records) else None
+        if found != prompt.id:
+            held = "ends before it" if found is None else f"has {found!r}"
+            raise RecordingError(
+                f"{flag} {stream} is not the stream recorded in {source}: the recording's prompt {i} is "
+                f"{prompt.id!r}, the file {held} (recorded from {recording.header.get('conversations')})"
+            )
+    return [r.get("dataset", "all") for r in records[: len(recording.prompts)]]
+
+
+def check_same_target(recording: Recording, source: str, other: Recording, other_source: str) -> None:
+    """Raise unless two recordings hold one target's outputs: model, tokenizer, template, temperature."""
+    diffs = [
+        f"{k} {recording.header.get(k)!r} vs {other.header.get(k)!r}"
+        for k in ("model", "prompt_template", "temperature")
+        if recording.header.get(k) != other.header.get(k)
+    ]
+    tokenizer = identity_difference(recording.header["tokenizer"], other.header["tokenizer"])
+    diffs += [f"tokenizer: {tokenizer}"] if tokenizer else []
+    if diffs:
+        raise RecordingError(
+            f"recordings {source} and {other_source} were made differently: {'; '.join(diffs)}"
         )

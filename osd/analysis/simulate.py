@@ -107,7 +107,8 @@ def check_draft(recording: Recording, draft: PreTrainedModel, draft_tokenizer: d
     rows = draft.get_output_embeddings().weight.shape[0]
     if abs(rows - recording.header["vocab_rows"]) > MAX_VOCAB_PADDING:
         raise RecordingError(
-            f"draft vocabulary {rows} vs recorded target's {recording.header['vocab_rows']} rows"
+            f"the draft's vocabulary has {rows} rows, the target recorded in {source} "
+            f"{recording.header['vocab_rows']}: use a draft with the target's vocabulary"
         )
     return min(rows, recording.header["vocab_rows"])
 

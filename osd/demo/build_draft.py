@@ -53,6 +53,7 @@ from osd.distill.teacher_topk import teacher_topk, topk_distillation
 from osd.models import SERVING_DTYPES, resolve_dtype
 from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.spec.draft_vocab import load_token_counts, select_token_ids, set_draft_vocab
+from osd.user_errors import run_main
 
 GENERAL_DIR = REPO_ROOT / "data" / "general"
 
@@ -210,4 +211,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.demo.build_draft"))

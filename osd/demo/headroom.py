@@ -36,6 +36,7 @@ from osd.spec import measure_acceptance
 from osd.spec.evaluate import target_only_greedy
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 from osd.spec.gamma import NEEDS_PROPOSALS, parse_gamma
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -148,4 +149,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.demo.headroom"))

@@ -59,7 +59,7 @@ from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.serving_choice import AUTO, DTYPES, LAYOUTS, available_layouts, measure_and_choose
 from osd.spec.timing import machine
 from osd.streams import abrupt_stream
-from osd.user_errors import run_main
+from osd.user_errors import non_negative_float, run_main
 
 CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "v3_45x32_lean" / "ceiling.json"
 PRESET = OnlineArguments(
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--ceiling", default=str(CEILING_PATH),
         help="osd.analysis.online_replay --offline_steps result recorded on this stream and draft ('none': no line)")  # fmt: skip
     add_online_flags(parser, PRESET)
-    add("--learning_rate", type=float, default=1e-4)
+    add("--learning_rate", type=non_negative_float, default=1e-4)
     add("--kl_method", default="forward")
     add("--draft_vocab_rows_only", action=argparse.BooleanOptionalAction, default=True,
         help="of the draft's tied embedding, train only the rows its sub-vocabulary head scores")  # fmt: skip

@@ -34,6 +34,7 @@ from osd.spec.evaluate import target_only_greedy
 from osd.spec.gamma import NEEDS_PROPOSALS, STANDARD_TIMING, parse_gamma
 from osd.spec.timing import step_time
 from osd.spec.weight_major import use_weight_major_linears
+from osd.user_errors import run_main
 
 
 @dataclass
@@ -149,4 +150,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.demo.standard"))

@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import draft_step_time, step_time
 from osd.spec.weight_major import use_weight_major_linears
+from osd.user_errors import run_main
 
 
 def cost_ratio(
@@ -59,4 +60,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "osd.demo.step_cost"))

@@ -247,6 +247,8 @@ class DistillTrainingArguments(OnlineArguments, TrainingArguments):
             raise ValueError(
                 f"--max_steps must be >= 1, or -1 to train --num_train_epochs; got {self.max_steps}"
             )
+        if self.learning_rate < 0:  # torch refused it only after the run folder was written
+            raise ValueError(f"--learning_rate must be >= 0, got {self.learning_rate}")
         if self.num_train_epochs <= 0:
             raise ValueError(f"--num_train_epochs must be > 0, got {self.num_train_epochs}")
         if (self.draft_vocab_size is None) != (self.draft_vocab_counts is None):

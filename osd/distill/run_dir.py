@@ -44,7 +44,7 @@ from transformers import TrainingArguments
 
 from osd.conversations import open_conversation_dataset
 from osd.datafiles import refuse_overwrite
-from osd.distill.callbacks import METRICS_FILE
+from osd.distill.callbacks import METRICS_FILE, read_metrics, reproducible
 from osd.distill.checkpoints import (
     LAST,
     STAGING_DIR,
@@ -228,6 +228,16 @@ def _read_json(path: Path) -> dict | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
+
+
+def reported_figures(output_dir: str | Path) -> dict[str, Any]:
+    """Every figure a finished run reports, less the timings (what two runs of one command share):
+    metrics.jsonl, trainer_state.json (its log, train_loss included, and counters) and run.json."""
+    output_dir = Path(output_dir)
+    state = json.loads((output_dir / FINAL_STATE).read_text(encoding="utf-8"))
+    state["log_history"] = reproducible(state["log_history"])
+    run = json.loads((output_dir / RUN_FILE).read_text(encoding="utf-8"))
+    return {METRICS_FILE: reproducible(read_metrics(output_dir)), FINAL_STATE: state, RUN_FILE: run}
 
 
 def final_eval(log_history: list[dict], step: int) -> dict[str, float]:

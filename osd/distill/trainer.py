@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from torch import nn
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, Trainer, TrainerState
 from transformers.integrations import WandbCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, rotate_checkpoints, speed_metrics
 
 from osd.distill.callbacks import MetricsJsonlCallback, OsdWandbCallback, run_config
 from osd.distill.checkpoints import (
@@ -172,8 +173,14 @@ class DistillTrainer(Trainer):
         self.state = TrainerState.load_from_json(str(checkpoint.path / "trainer_state.json"))
         if self.state.is_world_process_zero:
             self.metrics.restart(self.args, self.state.global_step)
-        loss = None if self._loss_before is None else self._loss_before / max(checkpoint.global_step, 1)
-        return TrainOutput(self.state.global_step, loss, {})
+        if self._loss_before is None:  # an older checkpoint: the run's train_loss is unknown
+            return TrainOutput(self.state.global_step, None, {})
+        # Trainer's end-of-train summary, which the killed run did not log (issue 49: it was missing)
+        metrics = speed_metrics("train", time.time(), num_samples=0, num_steps=0)
+        metrics |= {"total_flos": self.state.total_flos, "train_loss": 0.0}  # log() makes it the run's mean
+        self._total_loss_scalar = 0.0
+        self.log(metrics)
+        return TrainOutput(self.state.global_step, metrics["train_loss"], metrics)
 
     def make_training_batch(self, batch: dict) -> dict:
         """Collated prompts (+ data-set answers) -> a training batch with `--sample_source` responses."""

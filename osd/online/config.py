@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, fields, replace
 
+from osd.user_errors import refuse_non_finite
+
 LOSS_POSITIONS = ("wrong", "all")
 SERVING_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -81,6 +83,7 @@ class OnlineArguments:
     )
 
     def __post_init__(self) -> None:
+        refuse_non_finite(self)  # every float flag, also those of the subclasses (osd.train's, osd.serving's)
         check_online_arguments(self)
         parent = getattr(super(), "__post_init__", None)  # TrainingArguments', in DistillTrainingArguments
         if parent is not None:

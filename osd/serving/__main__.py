@@ -24,6 +24,8 @@ from transformers import HfArgumentParser
 
 from osd.datafiles import claim_output_dir, refuse_overwrite
 from osd.distill.run_dir import LOCK_FILE, lock_run_dir
+from osd.model_checks import check_same_tokenizer
+from osd.models import load_model, load_tokenizer
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller
 
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     inputs = {"--student_model_path": args.student_model_path, "--teacher_model_path": args.teacher_model_path,
               "--data_path": args.data_path}  # fmt: skip
     refuse_overwrite({"--output_dir": args.output_dir}, inputs)
+    if args.max_propose_num > 0:  # the draft proposes token ids that the target verifies
+        tokenizer = load_tokenizer(args.teacher_model_path, None)
+        check_same_tokenizer(args.student_model_path, args.teacher_model_path, tokenizer)
     with lock_run_dir(args.output_dir):
         claim_output_dir(args.output_dir, "osd.serving", OUTPUTS, inputs, ignore=(LOCK_FILE,))
         return serve(args)
@@ -57,8 +62,6 @@ def serve(args: ServingArguments) -> dict[str, float]:
             f"{e}: osd.serving needs vLLM; bash bash_scripts/setup_vllm.sh makes .venv-vllm, "
             "then run .venv-vllm/bin/python -m osd.serving"
         ) from e
-    from osd.models import load_model, load_tokenizer
-
     torch.manual_seed(args.seed)
     tokenizer = load_tokenizer(args.teacher_model_path, None)
     queries = load_queries(args.data_path, tokenizer, args.max_model_len - args.max_new_tokens,

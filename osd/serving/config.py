@@ -93,6 +93,8 @@ class ServingArguments(OnlineArguments):
             ("concurrency", 1),
             ("max_samples", 1),
         )
+        if self.learning_rate < 0:
+            raise ValueError(f"--learning_rate must be >= 0, got {self.learning_rate}")
         for flag, minimum in minima:
             if getattr(self, flag) is not None and getattr(self, flag) < minimum:
                 raise ValueError(f"--{flag} must be >= {minimum}, got {getattr(self, flag)}")

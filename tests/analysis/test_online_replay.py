@@ -14,7 +14,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.analysis import online_replay, record, replay_server
 from osd.analysis.online_replay import PRESET, offline_ceiling, replay, summarize
-from osd.analysis.recording import PromptRecord, Recording, load_recording, tokenizer_identity
+from osd.analysis.recording import (
+    PromptRecord,
+    Recording,
+    RecordingError,
+    check_same_target,
+    load_recording,
+    stream_groups,
+    tokenizer_identity,
+)
 from osd.analysis.replay_server import topk_query
 from osd.analysis.simulate import simulate
 from osd.datafiles import DataFileError
@@ -232,3 +240,32 @@ def test_bad_flags_are_usage_errors_before_anything_loads(flags, message, capsys
     with pytest.raises(SystemExit) as exit_info:
         online_replay.main(["--recording", "none", "--stream", "none.json", "--draft", "none", *flags])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_stream_other_than_the_recorded_one_is_refused_naming_both(recorded_file, tmp_path):
+    """Issue 49 (rule 2): the groups came from any --stream, cut to the recording's length, unchecked."""
+    rec, stream = recorded_file
+    records = json.loads(stream.read_text())
+    shifted, short = tmp_path / "shifted.json", tmp_path / "short.json"
+    shifted.write_text(json.dumps(records[1:] + records[:1]))
+    short.write_text(json.dumps(records[:2]))
+    recording = load_recording(rec)
+    assert stream_groups(recording, str(rec), stream, "--stream") == ["sql"] * 4
+    with pytest.raises(RecordingError, match=f"--stream {shifted} is not the stream recorded in {rec}: the "
+                       "recording's prompt 0 is 'sql_eval_0', the file has 'sql_eval_1'"):  # fmt: skip
+        online_replay.main(
+            ["--recording", str(rec), "--stream", str(shifted), "--draft", str(TINY_DRAFT_PATH)]
+        )
+    with pytest.raises(RecordingError, match=f"--offline_more {short} is not .* prompt 2 is 'sql_eval_2', the file "
+                       "ends before it"):  # fmt: skip
+        stream_groups(recording, str(rec), short, "--offline_more")
+
+
+def test_recordings_of_another_target_are_refused_naming_both(recorded_file):
+    recording = load_recording(recorded_file[0])
+    check_same_target(recording, "a", load_recording(recorded_file[0]), "b")
+    other = Recording({**recording.header, "temperature": 0.5, "tokenizer": {**recording.header["tokenizer"],
+                       "eos_token_id": 7}}, recording.prompts)  # fmt: skip
+    with pytest.raises(RecordingError, match="recordings a and b were made differently: temperature 1.0 vs 0.5; "
+                       "tokenizer: eos_token_id .* vs 7"):  # fmt: skip
+        check_same_target(recording, "a", other, "b")

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.analysis.record import main as record_main
@@ -132,10 +133,10 @@ def test_record_command_writes_what_record_conversations_returns_on_the_threads_
     assert saved.header["top_k"] == 4 and len(saved.prompts) == 2
 
 
-@pytest.mark.parametrize("cut", ["tensors", "records"])
+@pytest.mark.parametrize("cut", ["tensors", "records", "nan"])
 def test_a_cut_short_recording_is_refused_naming_the_file(tmp_path, cut):
     """Issue 49: a truncated tensor file raised safetensors' own error, a traceback; a records file cut
-    at a line boundary was read as a shorter recording."""
+    at a line boundary was read as a shorter recording; a NaN logit gave simulate's bounds [nan, nan]."""
     stem = tmp_path / "rec"
     jsonl, tensors = stem.with_suffix(".jsonl"), stem.with_suffix(".safetensors")
     record_conversations(
@@ -144,6 +145,11 @@ def test_a_cut_short_recording_is_refused_naming_the_file(tmp_path, cut):
     if cut == "tensors":
         tensors.write_bytes(tensors.read_bytes()[:-40])
         message = f"{tensors}: not a readable tensor file"
+    elif cut == "nan":
+        arrays = load_file(tensors)
+        arrays["topk_logits.1"][2, 3] = float("nan")
+        save_file(arrays, tensors)
+        message = f"{tensors}: topk_logits.1 (prompt sql_eval_1) holds nan at position [2, 3]"
     else:
         jsonl.write_text("".join(jsonl.read_text().splitlines(keepends=True)[:-1]))
         message = (

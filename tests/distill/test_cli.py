@@ -154,3 +154,19 @@ def test_refusal_is_one_error_line_without_traceback(saved_pair, tmp_path):
     assert done.returncode == 1, done.stderr[-2000:]
     assert "osd.train: error:" in done.stderr and "--overwrite_output_dir" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [("learning_rate", float("nan"), "--learning_rate must be a finite number, got nan"),
+     ("learning_rate", -1.0, "--learning_rate must be >= 0, got -1"),
+     ("distill_temperature", float("nan"), "--distill_temperature must be a finite number"),
+     ("sample_temperature", float("inf"), "--sample_temperature must be a finite number, got inf")],
+)  # fmt: skip
+def test_a_nan_or_negative_rate_is_refused_naming_the_flag(flag, value, message, tmp_path):
+    """Issue 49 probe: --distill_temperature nan passed `<= 0` and trained on NaN losses; --learning_rate nan
+    was refused by torch only after run.json (holding NaN) was written."""
+    from osd.distill.config import DistillTrainingArguments
+
+    with pytest.raises(ValueError, match=message):
+        DistillTrainingArguments(output_dir=str(tmp_path), **{flag: value})

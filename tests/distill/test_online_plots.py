@@ -99,7 +99,26 @@ def test_a_stream_shorter_than_the_run_it_shades_is_refused_naming_both(tmp_path
     stream = [{"conversation": [{"role": "user", "content": "q"}], "dataset": "a"}] * 5
     (tmp_path / "stream.json").write_text(json.dumps(stream))
     with pytest.raises(
-        ValueError, match=r"--stream .*stream\.json holds 5 queries, but the metrics logged 8 served"
+        ValueError,
+        match=rf"--stream .*stream\.json holds 5 queries, but the metrics {tmp_path} logged 8 served",
     ):
         main([str(tmp_path), "--out", str(tmp_path / "alpha.png"), "--stream", str(tmp_path / "stream.json")])
+    assert not (tmp_path / "alpha.png").exists()
+
+
+def test_a_stream_of_other_datasets_is_refused_naming_both(tmp_path):
+    """Issue 49, rule 2: a stream as long as the run but of other datasets shaded bands the run never served."""
+    write_log(tmp_path, [{"queries_served": i, "alpha": 0.5, "alpha/dataset/sql": 0.5} for i in (1, 2)])
+    (tmp_path / "stream.json").write_text(json.dumps([{"conversation": [{"role": "user", "content": "q"}],
+                                                       "dataset": "math"}] * 2))  # fmt: skip
+    with pytest.raises(ValueError, match=rf"the metrics {tmp_path} log alpha for datasets \['sql'\] that --stream "
+                       rf"{tmp_path}/stream.json does not hold \(it holds \['math'\]\)"):  # fmt: skip
+        main([str(tmp_path), "--out", str(tmp_path / "alpha.png"), "--stream", str(tmp_path / "stream.json")])
+
+
+def test_a_log_without_online_alpha_is_refused(tmp_path):
+    """Issue 49 probe: an empty (or offline) metrics.jsonl gave an empty plot with exit status 0."""
+    write_log(tmp_path, [{"step": 1, "loss": 0.5}])
+    with pytest.raises(ValueError, match=f"the metrics {tmp_path} hold no online alpha"):
+        main([str(tmp_path), "--out", str(tmp_path / "alpha.png")])
     assert not (tmp_path / "alpha.png").exists()

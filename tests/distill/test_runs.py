@@ -74,6 +74,7 @@ def test_a_finished_run_is_not_trained_further(saved_pair, data, tmp_path):
     assert json.loads((out / FINAL_STATE).read_text())["global_step"] == 4
     assert not (out / "checkpoint-5").exists()
     logged = [json.loads(line) for line in files[out / METRICS_FILE].decode().splitlines()]
+    # the end-of-train summary included (issue 49: the restored run's metrics.jsonl had no train_loss)
     assert reproducible(read_metrics(out)) == reproducible(logged)
 
 

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from gguf import GGUFWriter
+from transformers import AutoTokenizer
 
 from llamacpp_patches.run import StreamArgs, draft_vocab_file, main
 from osd.paths import REPO_ROOT, TINY_TEACHER_PATH, workload_path
@@ -60,6 +62,19 @@ def test_help_works_as_a_script_and_as_a_module(tool, form, tmp_path):
     assert done.stdout.startswith("usage:")
 
 
+TINY_TOKENS = AutoTokenizer.from_pretrained(TINY_TEACHER_PATH).convert_ids_to_tokens(list(range(3072)))
+
+
+def write_gguf(path: Path, tokens: list[str]) -> None:
+    """A GGUF file holding a vocabulary and no tensors: what run.py reads of a model."""
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_token_list(tokens)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 @pytest.fixture
 def ready(tmp_path: Path) -> list[str]:
     """Flags of a run whose files all exist; its binary prints a message and exits with status 3."""
@@ -67,7 +82,7 @@ def ready(tmp_path: Path) -> list[str]:
     binary.write_text("#!/bin/sh\necho 'cannot load the model' >&2\nexit 3\n")
     binary.chmod(0o755)
     for name in ("t.gguf", "d.gguf"):
-        (tmp_path / name).touch()
+        write_gguf(tmp_path / name, TINY_TOKENS)
     return ["--target_gguf", str(tmp_path / "t.gguf"), "--draft_gguf", str(tmp_path / "d.gguf"),
             "--binary", str(binary), "--tokenizer_path", str(TINY_TEACHER_PATH),
             "--data_path", str(workload_path("sql", "eval")), "--limit", "1", "--out_dir", str(tmp_path / "out")]  # fmt: skip
@@ -81,13 +96,22 @@ def ready(tmp_path: Path) -> list[str]:
      (["--extra_args", "'-ngl"], "--extra_args \"'-ngl\": No closing quotation"),
      (["--draft_vocab_from", "no_such_folder"], "--draft_vocab_from no_such_folder: no readable config.json"),
      (["--tokenizer_path", "no/such_tokenizer"], "no/such_tokenizer: cannot load its tokenizer"),
+     (["--draft_gguf", "{empty}"], "--draft_gguf {empty}: not a readable GGUF file"),
+     (["--target_gguf", "{shifted}"], "--tokenizer_path {tokenizer} and --target_gguf {shifted} have different "
+      "vocabularies (3072 vs 3072 tokens; id 0 is "),
+     (["--target_gguf", "{short}"], "(3072 vs 100 tokens; fewer ids)"),
      ([], "--binary {binary} exited with status 3 serving")],
 )  # fmt: skip
-def test_bad_input_is_a_user_error_naming_the_flag(ready, flags, message):
-    binary = ready[ready.index("--binary") + 1]
+def test_bad_input_is_a_user_error_naming_the_flag(ready, flags, message, tmp_path):
+    """Issue 49 (rule 2): a GGUF of another vocabulary than --tokenizer_path's served other tokens."""
+    paths = {"binary": ready[ready.index("--binary") + 1], "tokenizer": TINY_TEACHER_PATH}
+    paths |= {name: tmp_path / f"{name}.gguf" for name in ("empty", "shifted", "short")}
+    paths["empty"].touch()
+    write_gguf(paths["shifted"], TINY_TOKENS[1:] + TINY_TOKENS[:1])
+    write_gguf(paths["short"], TINY_TOKENS[:100])
     with pytest.raises((ValueError, OSError)) as error:
-        main([*ready, *flags])
-    assert message.format(binary=binary) in str(error.value)
+        main([*ready, *(flag.format(**paths) for flag in flags)])
+    assert message.format(**paths) in str(error.value)
 
 
 def test_an_output_that_is_an_input_is_refused(ready, tmp_path):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from osd.datafiles import DataFileError
+from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.serving.config import ServingArguments
+from tests.tiny_models import tiny_tokenizer
 
 
 @pytest.mark.slow
@@ -65,3 +68,19 @@ def test_the_output_folder_is_never_an_input_nor_a_folder_another_tool_wrote(tmp
     with pytest.raises(DataFileError, match="holds files osd.serving did not write"):
         main(["--data_path", "d.json", "--output_dir", str(other)])
     assert (other / "notes.txt").read_text() == "mine" and (draft / "config.json").exists()
+
+
+def test_a_draft_of_another_tokenizer_is_refused_before_the_output_folder(tmp_path) -> None:
+    """Issue 49 (rule 2): vLLM was handed a draft whose token ids mean other tokens."""
+    from osd.serving.__main__ import main
+
+    draft = tmp_path / "draft"
+    shutil.copytree(TINY_DRAFT_PATH, draft)
+    tiny_tokenizer(["<pad>", "<s>", "</s>", "<unk>", "select"]).save_pretrained(draft)
+    argv = ["--data_path", "d.json", "--output_dir", str(tmp_path / "out"), "--teacher_model_path",
+            str(TINY_TEACHER_PATH), "--student_model_path", str(draft)]  # fmt: skip
+    with pytest.raises(
+        ValueError, match=f"draft {draft} and target {TINY_TEACHER_PATH} have different tokenizers"
+    ):
+        main(argv)
+    assert not (tmp_path / "out").exists()
