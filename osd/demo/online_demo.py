@@ -2,6 +2,7 @@
 
     python -m osd.demo.online_demo
     python -m osd.demo.online_demo --per_domain 150 --ceiling none --output_dir outputs/online_demo_long
+    python -m osd.demo.online_demo --device cuda       # on a GPU: the target, the draft and its updates there
 
 A stream of local-workload queries shifts abruptly from one domain to the next (--per_domain each, in
 --domains order). `osd.train --mode online`'s trainer serves it through the one online loop
@@ -96,6 +97,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
     add("--draft", default=str(DRAFT_PATH), help="draft (student) to start from")
     add("--dtype", default="bfloat16", choices=SERVING_DTYPES, help="the target's dtype")
+    add("--device", default="cpu", choices=["cpu", "cuda"],
+        help="where the target, the draft and its updates run (cuda: the first GPU)")  # fmt: skip
     add("--packed_linears", action="store_true",
         help="bf16 on the CPU: every model, the target-only baseline included, reads oneDNN-packed weights")  # fmt: skip
     add("--output_dir", default="outputs/online_demo")
@@ -104,6 +107,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
     check_packed_dtype(parser, args)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device on this machine")
     args.tail = args.tail or tail_length(args.per_domain)
     return args
 
@@ -131,12 +136,11 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
 
     tokenizer = load_tokenizer(args.target, None)
     check_same_tokenizer(args.draft, args.target, tokenizer)
-    teacher = load_model(args.target, args.dtype, None).eval()
-    use_weight_major_linears(
-        teacher
-    )  # a float32 CPU target: its faster layout, the target-only baseline's too
-    draft = load_model(args.draft, "float32", None)
-    standard = load_model(args.draft, online.draft_serving_dtype or "float32", None).eval()  # fmt: skip
+    teacher = load_model(args.target, args.dtype, None).to(args.device).eval()
+    # a float32 CPU target: its faster layout, the target-only baseline's too
+    use_weight_major_linears(teacher)
+    draft = load_model(args.draft, "float32", None)  # the Trainer moves it to --device
+    standard = load_model(args.draft, online.draft_serving_dtype or "float32", None).to(args.device).eval()
     packed = sum(use_packed_linears(m) for m in (teacher, draft, standard)) if args.packed_linears else 0
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
     rows_only = args.draft_vocab_rows_only and not args.freeze_embeddings and has_tied_draft_vocab(draft)
@@ -145,7 +149,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
         learning_rate=args.learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0,
         max_grad_norm=0.0, kl_method=args.kl_method, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
         freeze_embeddings=args.freeze_embeddings, draft_vocab_rows_only=rows_only, eval_on_start=False,
-        save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=args.run_name, use_cpu=True,
+        save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=args.run_name, use_cpu=args.device == "cpu",
         disable_tqdm=True, seed=0, **vars(online),
     )  # fmt: skip
     blocks = out / "drafts" if args.stream == "abrupt" else None
@@ -174,7 +178,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     shares = {"update_time_share": run.update_time_s / run.serve_time_s,
               "background_update_share": run.background_update_time_s / run.serve_time_s}  # fmt: skip
     command = "python -m osd.demo.online_demo " + " ".join(argv)
-    summary = {"command": command.strip(), "machine": machine(), "costs": costs, "wall_s": time.perf_counter() - start,
+    summary = {"command": command.strip(), "machine": machine(args.device), "costs": costs, "wall_s": time.perf_counter() - start,
                "args": vars(args), "domains": rows, "plot": str(png), "updates": run.updates,
                "packed_linears": packed, **shares}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(repo_relative(summary), indent=1))

@@ -155,9 +155,12 @@ def machine_costs(standard, target, gamma: int, context: int, rows: list[dict]) 
 
 
 def print_costs(costs: dict[str, float], info: dict, gamma: int, dtype: str) -> None:
+    where = info.get("gpu") or (
+        f"{info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
+        f"{', '.join(info['cpu_bf16_instructions']) or 'none'}"
+    )
     print(
-        f"\nthis machine ({info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
-        f"{', '.join(info['cpu_bf16_instructions']) or 'none'}): verifying {gamma + 1} tokens costs "
+        f"\nthis machine ({where}): verifying {gamma + 1} tokens costs "
         f"{costs['verify_cost']:.2f} target steps, a draft step {costs['c']:.3f} of one; Eq. 2 with these "
         f"costs predicts Standard SD {format_alpha(costs['eq2_standard'], '.2f')}x, "
         f"online SD {format_alpha(costs['eq2_online'], '.2f')}x"
@@ -167,7 +170,7 @@ def print_costs(costs: dict[str, float], info: dict, gamma: int, dtype: str) -> 
             "speculative decoding pays where a verification costs little more than one step (memory-bound "
             "decoding); here it is compute-bound, so it gains little or loses, whatever the draft's alpha"
         )
-        if dtype == "bfloat16" and not info["cpu_bf16_instructions"]:
+        if dtype == "bfloat16" and not info["cpu_bf16_instructions"] and "gpu" not in info:
             print(
                 "this CPU converts bf16 to float32 in every matmul; with --dtype float32 the engine verifies 4 "
                 "tokens in about one float32 step (osd.spec.weight_major), though a float32 step reads twice "
