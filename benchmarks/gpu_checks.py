@@ -39,7 +39,7 @@ from osd.stages import Stage, run_stages
 from osd.user_errors import run_main
 
 PY = sys.executable
-TINY_PAIR = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH)]
+STAGES = ("cuda_tests", "gpu_scale", "target", "bench_standard", "main_job", "bench_online")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--per_domain", type=int, help="the main job's queries per domain (default 45; dry run 3)"
     )
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES),
+                        help="run only these (a rerun of what a cut-short call missed)")  # fmt: skip
     args = parser.parse_args(argv)
     args.num_prompts = args.num_prompts or (1 if args.dry_run else 3)
     args.per_domain = args.per_domain or (3 if args.dry_run else 45)
@@ -77,66 +79,45 @@ def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
     device = "cpu" if args.dry_run else "cuda"
     target = [] if demo else ["--target", str(TINY_TEACHER_PATH)]
     draft = [] if demo else ["--draft", str(TINY_DRAFT_PATH)]
+    needs_target = ("target",) if demo else ()
     # a dry run: short answers, float32 (a CPU without bf16 instructions converts every bf16 product)
     small = ["--max_new_tokens", "8", "--dtype", "float32"] if args.dry_run else []
-    small_draft = ["--draft_dtype", "float32"] if args.dry_run else []
-    scale = ["--shapes", "tiny", "--queries", "2", "--prompt_tokens", "16", "--max_new_tokens", "16"] if args.dry_run else []  # fmt: skip
-    main_job = ["--per_domain", str(args.per_domain)] + ([] if demo else ["--ceiling", "none"])
-    needs_target = ("target",) if demo else ()
+    tests = [PY, "-m", "pytest", *device_test_modules(), "-k", "cuda", "-q", "-p", "no:cacheprovider"]
+    tests += ["--junitxml", str(work / "cuda_tests.xml")]
+    scale = [PY, "-m", "benchmarks.gpu_scale", "--device", device, "--out", str(work / "gpu_scale")]
+    if args.dry_run:
+        scale += ["--shapes", "tiny", "--queries", "2", "--prompt_tokens", "16", "--max_new_tokens", "16"]
+    main_job = [
+        PY,
+        "-m",
+        "osd.demo.online_demo",
+        *target,
+        *draft,
+        "--per_domain",
+        str(args.per_domain),
+        *small,
+    ]
+    main_job += ["--device", device, "--report_to", "none", "--output_dir", str(work / "main_job")]
+    main_job += [] if demo else ["--ceiling", "none"]  # the recorded ceiling is the demo pair's
 
     def bench(name: str, bench_draft: list[str], needs: tuple[str, ...]) -> Stage:
-        command = [PY, "benchmarks/bench_engine.py", *target, *bench_draft, *small, *small_draft,
-                   "--device", device, "--num_prompts", str(args.num_prompts), "--output", str(work / f"{name}.json")]  # fmt: skip
-        return Stage(name, command, 90, lambda: summarize_bench(work / f"{name}.json"), needs)
+        command = [PY, "benchmarks/bench_engine.py", *target, *bench_draft, *small, "--device", device]
+        command += ["--draft_dtype", "float32"] if args.dry_run else []
+        command += ["--num_prompts", str(args.num_prompts), "--output", str(work / f"{name}.json")]
+        return Stage(name, command, 60, lambda: summarize_bench(work / f"{name}.json"), needs)
 
     return [
-        Stage(
-            "cuda_tests",
-            [
-                PY,
-                "-m",
-                "pytest",
-                *device_test_modules(),
-                "-k",
-                "cuda",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--junitxml",
-                str(work / "cuda_tests.xml"),
-            ],
-            150,
-            lambda: summarize_tests(work / "cuda_tests.xml"),
-        ),  # fmt: skip
-        Stage(
-            "gpu_scale",
-            [PY, "-m", "benchmarks.gpu_scale", "--device", device, *scale, "--out", str(work / "gpu_scale")],
-            120,
-            lambda: summarize_scale(work / "gpu_scale"),
-        ),  # fmt: skip
-        *([Stage("target", [PY, "-m", "osd.demo.target"], 90)] if demo else []),
+        Stage("cuda_tests", tests, 120, lambda: summarize_tests(work / "cuda_tests.xml")),
+        Stage("gpu_scale", scale, 90, lambda: summarize_scale(work / "gpu_scale")),
+        *([Stage("target", [PY, "-m", "osd.demo.target"], 60)] if demo else []),
         bench("bench_standard", draft, needs_target),
         Stage(
             "main_job",
-            [
-                PY,
-                "-m",
-                "osd.demo.online_demo",
-                *target,
-                *draft,
-                *main_job,
-                *small,
-                "--device",
-                device,
-                "--report_to",
-                "none",
-                "--output_dir",
-                str(work / "main_job"),
-            ],
-            240,
+            main_job,
+            180,
             lambda: summarize_main_job(work / "main_job" / "summary.json"),
             needs_target,
-        ),  # fmt: skip
+        ),
         bench("bench_online", ["--draft", str(work / "main_job" / "draft")], ("main_job",)),
     ]
 
@@ -148,16 +129,19 @@ def device_test_modules() -> list[str]:
 
 
 def summarize_tests(junit: Path) -> tuple[dict, str]:
-    """Counts of a pytest JUnit XML file, and the names of failed tests."""
-    cases = ET.parse(junit).getroot().iter("testcase")
+    """Counts of a pytest JUnit XML file, and the names of the failed tests."""
     outcome: dict[str, list[str]] = {"passed": [], "failed": [], "skipped": []}
-    for case in cases:
-        kind = "failed" if case.find("failure") is not None or case.find("error") is not None else (
-            "skipped" if case.find("skipped") is not None else "passed")  # fmt: skip
-        outcome[kind].append(f"{case.get('classname')}::{case.get('name')}")
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome[case_outcome(case)].append(f"{case.get('classname')}::{case.get('name')}")
     counts = {k: len(v) for k, v in outcome.items()}
     failed = "".join(f"\n- failed: `{name}`" for name in outcome["failed"])
     return counts | {"failed_tests": outcome["failed"]}, markdown_table([counts], list(counts)) + failed
+
+
+def case_outcome(case: ET.Element) -> str:
+    if case.find("failure") is not None or case.find("error") is not None:
+        return "failed"
+    return "skipped" if case.find("skipped") is not None else "passed"
 
 
 def summarize_scale(folder: Path) -> tuple[dict, str]:
@@ -178,27 +162,29 @@ def summarize_bench(path: Path) -> tuple[dict, str]:
 
 
 def summarize_main_job(path: Path) -> tuple[dict, str]:
-    """The main job's tables: per domain the tails' alphas and tokens/s; c, verification and Eq. 2 against
-    the measured speedups over all domains."""
+    """The main job's table (per domain and over all: the tails' alphas, tokens/s) and its costs, with the
+    measured speedups over all domains against its Eq. 2."""
     summary = json.loads(path.read_text())
-    rows = []
-    for r in [*summary["domains"], total_row(summary["domains"])]:
-        base, standard, online = tokens_per_s(r)
-        rows.append({"domain": r["domain"], "Standard alpha": format_alpha(r["standard"].get("alpha")),
-                     "online alpha": format_alpha(r["online"].get("alpha")), "target alone, tok/s": base,
-                     "Standard SD": f"{standard:.1f} ({standard / base:.2f}x)", "online SD": f"{online:.1f} ({online / base:.2f}x)"})  # fmt: skip
-    costs = summary["costs"]
-    base, standard, online = tokens_per_s(total_row(summary["domains"]))
-    figures = {"domains": rows, "costs": costs, "update_time_share": summary["update_time_share"],
-               "background_update_share": summary["background_update_share"],
-               "measured_over_eq2": {run: measured / costs[f"eq2_{run}"] if costs[f"eq2_{run}"] else None
-                                     for run, measured in (("standard", standard / base), ("online", online / base))}}  # fmt: skip
-    ratios = figures["measured_over_eq2"]
+    costs, domains = summary["costs"], summary["domains"]
+    rows = [main_job_row(r) for r in [*domains, total_row(domains)]]
+    base, standard, online = tokens_per_s(total_row(domains))
+    ratios = {run: None if costs[f"eq2_{run}"] is None else speedup / costs[f"eq2_{run}"]
+              for run, speedup in (("standard", standard / base), ("online", online / base))}  # fmt: skip
+    shares = {k: summary[k] for k in ("update_time_share", "background_update_share")}
     line = (f"c {costs['c']:.3f}, verify cost {costs['verify_cost']:.2f}; measured / Eq. 2: Standard "
             f"{format_alpha(ratios['standard'], '.2f')}, online {format_alpha(ratios['online'], '.2f')}; update time / "
-            f"serving time {summary['update_time_share']:.3f} on the serving path, "
-            f"{summary['background_update_share']:.3f} in the background")  # fmt: skip
+            f"serving time {shares['update_time_share']:.3f} on the serving path, "
+            f"{shares['background_update_share']:.3f} in the background")  # fmt: skip
+    figures = {"domains": rows, "costs": costs, "measured_over_eq2": ratios, **shares}
     return figures, markdown_table(rows, list(rows[0])) + "\n\n" + line
+
+
+def main_job_row(row: dict) -> dict:
+    """A row of the main job's report (`osd.demo.report`) as the table shows it."""
+    base, standard, online = tokens_per_s(row)
+    return {"domain": row["domain"], "Standard alpha": format_alpha(row["standard"].get("alpha")),
+            "online alpha": format_alpha(row["online"].get("alpha")), "target alone, tok/s": base,
+            "Standard SD": f"{standard:.1f} ({standard / base:.2f}x)", "online SD": f"{online:.1f} ({online / base:.2f}x)"}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> list:
@@ -214,10 +200,11 @@ def main(argv: list[str] | None = None) -> list:
               "pair": "demo" if demo else "tiny", "device": device, "machine": machine(device), "budget_s": args.budget_s}  # fmt: skip
     if not demo and not args.dry_run:
         header["note"] = (
-            "the demo target is not on this machine (docs/gpu.md: carrying it): the tiny pair ran"
+            "the demo target is not on this machine (docs/gpu.md: carrying it); the tiny pair ran"
         )
     title = f"GPU checks, Python ({header['machine'].get('gpu', 'CPU dry run')}, {header['pair']} pair)"
-    return run_stages(stages(args, work, demo), Path(args.out), title, args.budget_s, header)
+    chosen = [stage for stage in stages(args, work, demo) if stage.name in args.stages]
+    return run_stages(chosen, Path(args.out), title, args.budget_s, header)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 A lent GPU machine gives a session minutes, not hours, and a check cut short must still say what it found. So
 each stage is a command (a subprocess: a crash, a hang or CUDA running out of memory ends that stage only)
 with its own time limit, clamped to what is left of the whole check's budget. A stage that fails, times out
-or finds no time left is recorded as such and the next one runs; a stage whose `needs` did not pass is
-skipped. After every stage `{out}/results.json` and `{out}/results.md` are rewritten, and every command's
+or finds no time left is recorded as such and the next one runs; a stage whose `needs` (among the stages of
+this check) did not pass is skipped. After every stage `{out}/results.json` and `{out}/results.md` are rewritten, and every command's
 output is appended to `{out}/log.txt`: three files, whatever happens. A stage that ran to its end (passed,
 or failed: a test run) is `summarize`d: its figures and a Markdown table, read from what it wrote, for both
 files; outputs it should have written and did not fail it.
@@ -39,7 +39,7 @@ class Stage:
     command: list[str]  # run from the repository root
     timeout_s: float
     summarize: Callable[[], tuple[dict, str]] | None = None  # once run to its end: (figures, Markdown table)
-    needs: tuple[str, ...] = ()  # stages that must have passed first
+    needs: tuple[str, ...] = ()  # stages that must have passed first, where this check has them
     env: dict[str, str] = field(default_factory=dict)
     dry_run: bool = False  # recorded, not run
 
@@ -66,12 +66,13 @@ def run_stages(
     log.write_text("")
     deadline = time.monotonic() + budget_s
     results: list[StageResult] = []
+    present = {stage.name for stage in stages}
     for stage in stages:
         passed = {r.name for r in results if r.status == PASSED}
         result = StageResult(stage.name, scrub(shlex.join(stage.command)), SKIPPED)
         if stage.dry_run:
             result.status = NOT_RUN
-        elif missing := [n for n in stage.needs if n not in passed]:
+        elif missing := [n for n in stage.needs if n in present and n not in passed]:
             result.note = f"needs {', '.join(missing)}, which did not pass"
         elif (left := deadline - time.monotonic()) < MIN_STAGE_S:
             result.note = f"the check's budget of {budget_s:.0f} s was spent"

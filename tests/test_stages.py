@@ -23,16 +23,17 @@ def test_each_stage_is_recorded_and_the_next_runs_whatever_happened(tmp_path: Pa
         Stage("fails", py("import sys; print('bad'); sys.exit(3)"), 30),
         Stage("hangs", py("import time; time.sleep(60)"), 1),
         Stage("after_fails", py("pass"), 30, needs=("fails",)),
+        Stage("needs_another_check", py("pass"), 30, needs=("not_in_this_check",)),  # a rerun of some stages
         Stage("build", ["no-such-program"], 30, dry_run=True),
         Stage("missing_program", ["no-such-program-either"], 30),
     ]  # fmt: skip
     start = time.monotonic()
     results = run_stages(stages, tmp_path / "out", "a check", 100, {"pair": "tiny"})
     assert time.monotonic() - start < 30  # the sleeping stage was stopped at its own limit
-    assert [r.status for r in results] == [PASSED, FAILED, TIMED_OUT, SKIPPED, NOT_RUN, FAILED]
+    assert [r.status for r in results] == [PASSED, FAILED, TIMED_OUT, SKIPPED, PASSED, NOT_RUN, FAILED]
     assert results[0].figures == {"x": 3} and "wrote" in results[0].log_tail
     assert results[1].returncode == 3 and "bad" in results[1].log_tail
-    assert results[3].note == "needs fails, which did not pass" and "could not start" in results[5].note
+    assert results[3].note == "needs fails, which did not pass" and "could not start" in results[6].note
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written["pair"] == "tiny" and [s["status"] for s in written["stages"]] == [
         r.status for r in results
