@@ -82,32 +82,37 @@ def gguf_file(work: Path, name: str) -> Path:
 def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
     env = {"PYTHON": PY} | ({"LLAMACPP_TARBALL": str(TARBALL)} if TARBALL.is_file() else {})
     target_gguf, drafts = models(work, demo)
-    to_convert = drafts | ({} if demo else {"target": TINY_TEACHER_PATH})
-    data = sorted(str(p) for p in WORKLOAD_DIR.glob("*_eval.json"))
-    dry = args.dry_run
+    converted = drafts | ({} if demo else {"target": TINY_TEACHER_PATH})
     build = ["bash", str(HERE / "build.sh"), "--cuda", f"--cuda-arch={args.cuda_arch}", "--example-only"]
-    result = [Stage("build", build, 330, env=env, dry_run=dry)]
-    result += [Stage(f"convert_{name}", ["bash", str(HERE / "convert.sh"), str(folder), str(work / "gguf" / name), "f16"],
-                     60, env=env, dry_run=dry) for name, folder in to_convert.items()]  # fmt: skip
+    result = [Stage("build", build, 330, env=env, dry_run=args.dry_run)]
+    for name, folder in converted.items():
+        convert = ["bash", str(HERE / "convert.sh"), str(folder), str(work / "gguf" / name), "f16"]
+        result.append(Stage(f"convert_{name}", convert, 60, env=env, dry_run=args.dry_run))
     for gamma in args.gammas:
         for name, folder in drafts.items():
-            command = [PY, "-m", "llamacpp_patches.run", "--target_gguf", str(target_gguf), "--draft_gguf", str(gguf_file(work, name)),
-                       "--tokenizer_path", str(DRAFT_PATH if demo else TINY_TEACHER_PATH),  # the demo draft holds the target's tokenizer
-                       "--data_path", *data, "--limit", str(args.limit), "--max_new_tokens", str(args.max_new_tokens),
-                       "--gamma", str(gamma), "--extra_args", "-ngl 99 -ngld 99", "--draft_vocab_from", str(folder),
-                       "--label", f"{name}_g{gamma}", "--out_dir", str(work / "runs")]  # fmt: skip
-            needs = ("build", f"convert_{name}") + (("convert_target",) if not demo else ())
-            result.append(Stage(f"g{gamma}_{name}", command, 90, needs=needs, dry_run=dry))
-    runs = shlex.quote(str(work / "runs")) + "/*_g*.jsonl"
-    report = shlex.quote(str(FIXTURE)) if dry else runs
+            needs = ("build", f"convert_{name}") + (() if demo else ("convert_target",))
+            command = serve_command(args, work, gamma, name, folder, target_gguf, demo)
+            result.append(Stage(f"g{gamma}_{name}", command, 90, needs=needs, dry_run=args.dry_run))
+    # the report: over every run of this check; in a dry run, over the recorded fixture
+    files = shlex.quote(str(FIXTURE)) if args.dry_run else shlex.quote(str(work / "runs")) + "/*_g*.jsonl"
     summary = work / "summary.json"
-    command = [
-        "bash",
-        "-c",
-        f"{shlex.quote(PY)} -m llamacpp_patches.report {report} --json {shlex.quote(str(summary))}",
-    ]
-    result.append(Stage("report", command, 60, lambda: summarize_report(summary)))
+    report = f"{shlex.quote(PY)} -m llamacpp_patches.report {files} --json {shlex.quote(str(summary))}"
+    result.append(Stage("report", ["bash", "-c", report], 60, lambda: summarize_report(summary)))
     return result
+
+
+def serve_command(args: argparse.Namespace, work: Path, gamma: int, name: str, folder: Path, target_gguf: Path,
+                  demo: bool) -> list[str]:  # fmt: skip
+    """run.py for one draft at one gamma: --limit queries of every eval file, every layer on the GPU."""
+    # the demo draft holds the target's tokenizer and chat template
+    tokenizer = DRAFT_PATH if demo else TINY_TEACHER_PATH
+    data = sorted(str(p) for p in WORKLOAD_DIR.glob("*_eval.json"))
+    command = [PY, "-m", "llamacpp_patches.run", "--target_gguf", str(target_gguf)]
+    command += ["--draft_gguf", str(gguf_file(work, name)), "--draft_vocab_from", str(folder)]
+    command += ["--tokenizer_path", str(tokenizer), "--data_path", *data, "--limit", str(args.limit)]
+    command += ["--max_new_tokens", str(args.max_new_tokens), "--gamma", str(gamma)]
+    command += ["--extra_args", "-ngl 99 -ngld 99"]  # every layer of both models on the GPU
+    return command + ["--label", f"{name}_g{gamma}", "--out_dir", str(work / "runs")]
 
 
 def summarize_report(path: Path) -> tuple[dict, str]:
