@@ -80,8 +80,10 @@ def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
     target = [] if demo else ["--target", str(TINY_TEACHER_PATH)]
     draft = [] if demo else ["--draft", str(TINY_DRAFT_PATH)]
     needs_target = ("target",) if demo else ()
-    # a dry run: short answers, float32 (a CPU without bf16 instructions converts every bf16 product)
-    small = ["--max_new_tokens", "8", "--dtype", "float32"] if args.dry_run else []
+    short = ["--max_new_tokens", "8"] if args.dry_run else []
+    # bench_engine in a dry run: float32 (a CPU without bf16 instructions converts every bf16 product); the
+    # main job chooses its dtype by measuring (osd.spec.serving_choice), on a GPU bf16
+    float32 = ["--dtype", "float32", "--draft_dtype", "float32"] if args.dry_run else []
     tests = [PY, "-m", "pytest", *device_test_modules(), "-k", "cuda", "-q", "-p", "no:cacheprovider"]
     tests += ["--junitxml", str(work / "cuda_tests.xml")]
     scale = [PY, "-m", "benchmarks.gpu_scale", "--device", device, "--out", str(work / "gpu_scale")]
@@ -101,8 +103,7 @@ def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
     main_job += [] if demo else ["--ceiling", "none"]  # the recorded ceiling is the demo pair's
 
     def bench(name: str, bench_draft: list[str], needs: tuple[str, ...]) -> Stage:
-        command = [PY, "benchmarks/bench_engine.py", *target, *bench_draft, *small, "--device", device]
-        command += ["--draft_dtype", "float32"] if args.dry_run else []
+        command = [PY, "benchmarks/bench_engine.py", *target, *bench_draft, *short, *float32, "--device", device]
         command += ["--num_prompts", str(args.num_prompts), "--output", str(work / f"{name}.json")]
         return Stage(name, command, 60, lambda: summarize_bench(work / f"{name}.json"), needs)
 

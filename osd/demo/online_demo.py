@@ -2,14 +2,19 @@
 
     python -m osd.demo.online_demo
     python -m osd.demo.online_demo --per_domain 150 --ceiling none --output_dir outputs/online_demo_long
-    python -m osd.demo.online_demo --device cuda       # on a GPU: the target, the draft and its updates there
+    python -m osd.demo.online_demo --device cuda       # on a GPU: the target (bf16), the draft and its updates there
 
 A stream of local-workload queries shifts abruptly from one domain to the next (--per_domain each, in
 --domains order). `osd.train --mode online`'s trainer serves it through the one online loop
 (osd.online) with the preset `PRESET`: speculative decoding with the demo draft and the target
-(SmolLM2-135M-Instruct in bf16, greedy); after each query the draft takes four AdamW steps (lr 1e-4) on
+(SmolLM2-135M-Instruct, greedy); after each query the draft takes four AdamW steps (lr 1e-4) on
 every served token in a worker thread while a bf16 copy serves the next query. The recipe was chosen
 by replaying recipes over a recording of this stream (`osd.analysis.online_replay`).
+
+At start-up it measures this machine (osd.spec.serving_choice, about 20 s): the target's step and its
+passes over a few tokens in each dtype and layout on offer, and the draft's step. Speculative decoding
+serves the target as Eq. 2 predicts fastest at --expected_alpha (gamma too), and every speedup is over
+the fastest target-alone configuration; --dtype, --linears and --gamma force a choice.
 
 The report (osd.demo.report), on the last --tail queries of each domain: alpha of Standard SD (the
 untouched draft), of the online draft and of a recorded offline ceiling (--ceiling); tokens/s of the
@@ -45,15 +50,15 @@ from osd.distill.experiment import build_trainer
 from osd.distill.run_dir import LOCK_FILE, lock_run_dir
 from osd.distill.subvocab import has_tied_draft_vocab
 from osd.model_checks import check_same_tokenizer
-from osd.models import SERVING_DTYPES, load_model, load_tokenizer
+from osd.models import load_model, load_tokenizer
 from osd.online.config import OnlineArguments, add_online_flags, online_arguments
 from osd.online.records import tail_length
 from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.spec import SpeculativeDecoder
-from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
-from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
+from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
+from osd.spec.serving_choice import AUTO, DTYPES, LAYOUTS, available_layouts, measure_and_choose
 from osd.spec.timing import machine
-from osd.spec.weight_major import use_weight_major_linears
 from osd.streams import abrupt_stream
 from osd.user_errors import run_main
 
@@ -92,23 +97,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="in place of --draft_vocab_rows_only: only the layers learn",
     )
-    add_gamma_flag(parser, DEMO, "osd.cost_model.best_gamma for this pair", plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)  # fmt: skip
+    add_gamma_flag(parser, None, "None: chosen at start-up", plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
+    add("--max_gamma", type=int, default=5, help="the largest gamma the start-up choice considers")
+    add("--expected_alpha", type=float, default=0.5,
+        help="the alpha at which the start-up choice maximises Eq. 2 (the Standard draft's is ~0.4, the online one's ~0.6)")  # fmt: skip
     add("--max_new_tokens", type=int, default=32)
     add("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
     add("--draft", default=str(DRAFT_PATH), help="draft (student) to start from")
-    add("--dtype", default="bfloat16", choices=SERVING_DTYPES, help="the target's dtype")
+    add("--dtype", default=AUTO, choices=[AUTO, *DTYPES], help="the target's dtype for speculative decoding")
+    add(
+        "--linears",
+        default=AUTO,
+        choices=[AUTO, *LAYOUTS],
+        help="the layout of the target's linear layers for speculative decoding (osd.spec.serving_choice)",
+    )
     add("--device", default="cpu", choices=["cpu", "cuda"],
-        help="where the target, the draft and its updates run (cuda: the first GPU)")  # fmt: skip
-    add("--packed_linears", action="store_true",
-        help="bf16 on the CPU: every model, the target-only baseline included, reads oneDNN-packed weights")  # fmt: skip
+        help="where the target, the draft and its updates run (cuda: the first GPU, the target in bf16)")  # fmt: skip
     add("--output_dir", default="outputs/online_demo")
     add("--threads", type=int, default=1, help="torch CPU threads")
     add("--report_to", nargs="+", default=["none"], help="e.g. wandb (offline without an API key)")
     add("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
-    check_packed_dtype(parser, args)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device on this machine")
+    try:
+        available_layouts(args.dtype, args.linears, args.device)
+    except ValueError as e:
+        parser.error(str(e))
+    if not 0 < args.expected_alpha < 1 or args.max_gamma < 1:
+        parser.error(f"--expected_alpha must lie in (0, 1) and --max_gamma be >= 1, got {args.expected_alpha}, {args.max_gamma}")  # fmt: skip
     args.tail = args.tail or tail_length(args.per_domain)
     return args
 
@@ -136,13 +153,21 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
 
     tokenizer = load_tokenizer(args.target, None)
     check_same_tokenizer(args.draft, args.target, tokenizer)
-    teacher = load_model(args.target, args.dtype, None).to(args.device).eval()
-    # a float32 CPU target: its faster layout, the target-only baseline's too
-    use_weight_major_linears(teacher)
-    draft = load_model(args.draft, "float32", None)  # the Trainer moves it to --device
-    standard = load_model(args.draft, online.draft_serving_dtype or "float32", None).to(args.device).eval()
-    packed = sum(use_packed_linears(m) for m in (teacher, draft, standard)) if args.packed_linears else 0
+    draft = load_model(args.draft, "float32", None)
+    draft_serving = online.draft_serving_dtype or "float32"
+    standard = load_model(args.draft, draft_serving, None).to(args.device).eval()  # the Trainer moves `draft`
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
+    prompt_tokens = sum(len(dataset[i]["prompt_ids"]) for i in range(len(dataset))) // len(dataset)
+    choice, targets = measure_and_choose(
+        load_model(args.target, None, None).eval(), apply_draft_vocab(standard), args.expected_alpha,
+        args.max_gamma, prompt_tokens, args.max_new_tokens, args.dtype, args.linears, args.gamma, args.device,
+    )  # fmt: skip
+    print("\n".join(["serving configuration, measured at start-up:", *choice.lines()]), flush=True)
+    args.gamma, teacher, baseline = choice.gamma, targets[choice.layout], targets[choice.baseline]
+    layout = LAYOUTS[choice.layout]
+    if layout.dtype == "bfloat16" and layout.retype is not None:  # the drafts' bf16 serving copies alike
+        for model in (draft, standard):
+            layout.retype(model)
     rows_only = args.draft_vocab_rows_only and not args.freeze_embeddings and has_tied_draft_vocab(draft)
     training_args = DistillTrainingArguments(
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
@@ -164,9 +189,9 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     run = trainer.loop.state  # the run's records: one QueryStats per query served
 
     decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
-    rows = report.tail_rows(stream, dataset, run.queries, decoder, tokenizer.eos_token_id, args)
+    rows = report.tail_rows(stream, dataset, run.queries, decoder, baseline, tokenizer.eos_token_id, args)
     costs = report.machine_costs(
-        standard, teacher, args.gamma, report.mean_context(dataset, args.max_new_tokens), rows
+        standard, teacher, baseline, args.gamma, report.mean_context(dataset, args.max_new_tokens), rows
     )
     ceiling = report.recorded_ceiling(args.ceiling, stream, args)
     for r in rows if ceiling else ():
@@ -180,10 +205,10 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     command = "python -m osd.demo.online_demo " + " ".join(argv)
     summary = {"command": command.strip(), "machine": machine(args.device), "costs": costs, "wall_s": time.perf_counter() - start,
                "args": vars(args), "domains": rows, "plot": str(png), "updates": run.updates,
-               "packed_linears": packed, **shares}  # fmt: skip
+               "serving": choice.summary(), **shares}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(repo_relative(summary), indent=1))
     report.print_tables(rows, args.gamma)
-    report.print_costs(costs, summary["machine"], args.gamma, args.dtype)
+    report.print_costs(costs, summary["machine"], args.gamma, choice.layout, choice.baseline)
     print(f"update time / serving time: {shares['update_time_share']:.3f} on the serving path, "
           f"{shares['background_update_share']:.3f} in the background ({run.updates} updates)")  # fmt: skip
     print(f"plot: {png}")

@@ -23,29 +23,33 @@ from osd.spec.timing import step_time
 
 
 @torch.inference_mode()
-def serve_tail(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new_tokens: int, eos: int) -> dict:
-    """Serve prompts with `decoder` and with the target alone; alpha and (tokens, seconds) of each."""
+def serve_tail(
+    decoder: SpeculativeDecoder, baseline, prompts: list[list[int]], max_new_tokens: int, eos: int
+) -> dict:
+    """Serve prompts with `decoder` and with the target alone (`baseline`: the target as it decodes fastest
+    alone); alpha and (tokens, seconds) of each."""
     outs = [
         decoder.generate(torch.tensor([p]), max_new_tokens=max_new_tokens, eos_token_id=eos) for p in prompts
     ]
     baseline_tokens, baseline_s = 0, 0.0
     for p in prompts:
         start = time.perf_counter()
-        baseline_tokens += len(target_only_greedy(decoder.target, torch.tensor([p]), max_new_tokens, eos))
+        baseline_tokens += len(target_only_greedy(baseline, torch.tensor([p]), max_new_tokens, eos))
         baseline_s += time.perf_counter() - start
     stats = AcceptanceStats.from_outputs(outs)
     return {"alpha": stats.alpha, "sd_tokens": stats.num_generated, "sd_s": stats.wall_time_s,
             "target_tokens": baseline_tokens, "target_s": baseline_s}  # fmt: skip
 
 
-def tail_rows(stream: list[dict], dataset, queries: list[QueryStats], decoder: SpeculativeDecoder, eos: int, args) -> list[dict]:  # fmt: skip
+def tail_rows(stream: list[dict], dataset, queries: list[QueryStats], decoder: SpeculativeDecoder, baseline, eos: int,
+              args) -> list[dict]:  # fmt: skip
     """Per domain, its last --tail queries: the online run's alpha and latency on them, and Standard SD's
-    and the target alone's, served now."""
+    and the target alone's (`baseline`), served now."""
     rows = []
     for domain in tqdm(args.domains, desc="Standard SD and the target alone on the same queries"):
         indices = last_of_domain(stream, domain, args.tail)
         prompts = [dataset[i]["prompt_ids"] for i in indices]
-        standard = serve_tail(decoder, prompts, args.max_new_tokens, eos)
+        standard = serve_tail(decoder, baseline, prompts, args.max_new_tokens, eos)
         rows.append(
             {
                 "domain": domain,
@@ -140,42 +144,45 @@ def total_row(rows: list[dict]) -> dict:
             "online": {k: add("online", k) for k in ("tokens", "s")}}  # fmt: skip
 
 
-def machine_costs(standard, target, gamma: int, context: int, rows: list[dict]) -> dict[str, float | None]:
+def machine_costs(
+    standard, target, baseline, gamma: int, context: int, rows: list[dict]
+) -> dict[str, float | None]:
     """This machine's costs, measured after serving (a few seconds): c (a draft step / a target step), the
-    verification of gamma + 1 tokens in target steps, and Eq. 2 with them at the mean tail alphas."""
+    verification of gamma + 1 tokens in target steps, the baseline's step in target steps (`baseline`: the
+    target as it decodes fastest alone), and Eq. 2 with them, over the baseline, at the mean tail alphas."""
     c, _, step = cost_ratio(standard, target, context, reps=5, rounds=3)
-    costs = {"c": c, "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step}
+    base = step if baseline is target else step_time(baseline, context, reps=5, rounds=3)
+    costs = {"c": c, "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step,
+             "baseline_step": base / step}  # fmt: skip
     for run in ("standard", "online"):
         alphas = [r[run]["alpha"] for r in rows if r[run]["alpha"] is not None]  # None: nothing proposed
         mean = sum(alphas) / len(alphas) if alphas else None
         costs[f"eq2_{run}"] = (
-            None if mean is None else speedup_measured_verify(mean, gamma, costs["c"], costs["verify_cost"])
+            None
+            if mean is None
+            else speedup_measured_verify(mean, gamma, costs["c"], costs["verify_cost"])
+            * costs["baseline_step"]
         )
     return costs
 
 
-def print_costs(costs: dict[str, float], info: dict, gamma: int, dtype: str) -> None:
+def print_costs(costs: dict[str, float], info: dict, gamma: int, layout: str, baseline: str) -> None:
     where = info.get("gpu") or (
         f"{info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
         f"{', '.join(info['cpu_bf16_instructions']) or 'none'}"
     )
     print(
-        f"\nthis machine ({where}): verifying {gamma + 1} tokens costs "
+        f"\nthis machine ({where}): the target serves as {layout}, alone as "
+        f"{baseline} ({costs['baseline_step']:.2f} of its steps); verifying {gamma + 1} tokens costs "
         f"{costs['verify_cost']:.2f} target steps, a draft step {costs['c']:.3f} of one; Eq. 2 with these "
         f"costs predicts Standard SD {format_alpha(costs['eq2_standard'], '.2f')}x, "
-        f"online SD {format_alpha(costs['eq2_online'], '.2f')}x"
+        f"online SD {format_alpha(costs['eq2_online'], '.2f')}x over the target alone"
     )
     if costs["verify_cost"] > 1.5:
         print(
             "speculative decoding pays where a verification costs little more than one step (memory-bound "
             "decoding); here it is compute-bound, so it gains little or loses, whatever the draft's alpha"
         )
-        if dtype == "bfloat16" and not info["cpu_bf16_instructions"] and "gpu" not in info:
-            print(
-                "this CPU converts bf16 to float32 in every matmul; with --dtype float32 the engine verifies 4 "
-                "tokens in about one float32 step (osd.spec.weight_major), though a float32 step reads twice "
-                "the bytes of a bf16 one"
-            )
 
 
 def alpha_points(queries: list[QueryStats]) -> tuple[list[float], list[float]]:

@@ -97,6 +97,10 @@ def batch_step(
         emitted = row.commit(draft_lists[i], n_i, int(limits[i]), int(next_tokens[i]), float(alpha_sums[i]),
                              int(counted[i]), logits[i])  # fmt: skip
         finished.append(bool(eos.intersection(emitted)) or row.num_generated >= row.budget)
+    # the target's states at the tokens each row committed: a head's next chain reads them
+    if target.hidden_layers:
+        accepted = torch.arange(k, device=n.device)[None, :] < n[:, None]  # [B, k]
+        draft.add_features(target.features, torch.cat([feed_mask.to(n.device).bool(), accepted], 1))
     stay = torch.tensor([i for i, done in enumerate(finished) if not done], dtype=torch.long)
     if len(stay):
         n = n.cpu()

@@ -36,16 +36,30 @@ Symbols: B rows, k proposals per step, V shared vocabulary, W cache width (slots
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
-from osd.spec.cached_model import accepts_logits_to_keep
-from osd.spec.llama_draft import LeanLlama, supports_lean_step
+from osd.spec.cached_model import accepts_logits_to_keep, layer_inputs
+from osd.spec.llama_draft import KVStore, LeanLlama, supports_lean_step
 
 PAD_ID = 0  # fed at padded slots; masked, so any valid id does
 SLACK = 0.25  # masked slots may take up this share of a cache's width before it is compacted
+
+
+class LeanStep(Protocol):
+    """A forward that replaces HF's over the cache's slots (`LeanLlama.forward`'s contract)."""
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        store: KVStore,
+        num_logits: int,
+    ) -> torch.Tensor: ...
 
 
 @dataclass
@@ -58,8 +72,11 @@ class RowCache:
     encoder_mask: torch.Tensor | None  # [B, S]
     valid: torch.Tensor  # [B, W] long, on the model's device: 1 at slots holding a cached token of the row
     lengths: torch.Tensor  # [B] cached tokens per row (valid.sum(1), on the CPU)
-    # a Llama draft's lean step (`osd.spec.llama_draft`) instead of HF's forward
-    lean: LeanLlama | None = None
+    # a Llama draft's lean step (`osd.spec.llama_draft`) or an EAGLE-3 head's (`osd.spec.head_cache`), not HF's
+    lean: LeanStep | None = None
+    # decoder layers whose input states each forward keeps in `features` [B, u, len(hidden_layers) H] (for a head)
+    hidden_layers: tuple[int, ...] = ()
+    features: torch.Tensor | None = field(init=False, default=None)
     cache: DynamicCache | EncoderDecoderCache = field(init=False)
     keeps_logits: bool = field(init=False)
     holes: bool = field(init=False)  # may masked slots lie between a row's cached tokens?
@@ -73,16 +90,21 @@ class RowCache:
 
     @classmethod
     def start(
-        cls, model: PreTrainedModel, input_ids: torch.Tensor, mask: torch.Tensor, lean: bool = False
+        cls,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor,
+        lean: bool = False,
+        hidden_layers: tuple[int, ...] = (),
     ) -> RowCache:
         """An empty cache for B rows; for seq2seq models the encoder runs here on input_ids [B, S]. `lean`:
-        step the model by `LeanLlama` where `supports_lean_step` (the draft's path, as in `generate`)."""
+        step the model by `LeanLlama` where `supports_lean_step` (the draft's path, as in `generate`);
+        hidden_layers: keep those layers' input states at each forward (`features`, the target's for a head)."""
         B, device = input_ids.shape[0], model.device
         empty = (torch.zeros(B, 0, dtype=torch.long, device=device), torch.zeros(B, dtype=torch.long))
         if not model.config.is_encoder_decoder:
-            return cls(
-                model, None, None, *empty, LeanLlama(model) if lean and supports_lean_step(model) else None
-            )
+            step = LeanLlama(model) if lean and supports_lean_step(model) else None
+            return cls(model, None, None, *empty, step, hidden_layers)
         ids, mask = input_ids.to(device), mask.to(device)
         return cls(model, model.get_encoder()(input_ids=ids, attention_mask=mask), mask, *empty)
 
@@ -112,6 +134,8 @@ class RowCache:
         kwargs = {"past_key_values": self.cache, "use_cache": True}
         if self.keeps_logits:
             kwargs["logits_to_keep"] = num_logits
+        if self.hidden_layers:
+            kwargs["output_hidden_states"] = True
         if self.encoder_outputs is not None:
             out = self.model(
                 encoder_outputs=self.encoder_outputs,
@@ -123,6 +147,8 @@ class RowCache:
         else:
             out = self.model(input_ids=tokens, attention_mask=attention, position_ids=positions, **kwargs)
         self.cache = out.past_key_values
+        if self.hidden_layers:
+            self.features = layer_inputs(out.hidden_states, self.hidden_layers)
         return out.logits[:, -num_logits:]
 
     def _store(

@@ -26,8 +26,8 @@ from osd.spec.batch_step import BatchRow, batch_step
 from osd.spec.batched import RowCache
 from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.drafter import DraftCache, Drafter, row_cache, sequence_cache, target_layers
 from osd.spec.gamma import AUTO, DEFAULT, Gamma, parse_gamma
-from osd.spec.llama_draft import LlamaDraftCache, draft_cache
 from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import (
     accept_reject,
@@ -58,14 +58,15 @@ class SpeculativeDecoder:
 
     def __init__(
         self,
-        draft_model: PreTrainedModel,
+        draft_model: Drafter,
         target_model: PreTrainedModel,
         gamma: Gamma = DEFAULT,
         policy: GammaPolicy | None = None,
         lean_draft: bool = True,
     ) -> None:
-        """gamma: draft tokens per step (0: plain target decoding through this engine, a baseline), or
-        "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
+        """draft_model: a draft model, or an EAGLE-3 head (`osd.spec.eagle3`) that reads the target's hidden
+        states (`osd.spec.drafter`). gamma: draft tokens per step (0: plain target decoding through this engine,
+        a baseline), or "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
         estimate and measured costs across decoders). lean_draft: a Llama draft steps through
         `osd.spec.llama_draft` (the same logits, without HF's per-call machinery) where it can; False: always
         through HF's forward. The models are used as given, never retyped: a float32 CPU target verifies
@@ -78,29 +79,26 @@ class SpeculativeDecoder:
         elif policy is not None:
             raise ValueError(f"a GammaPolicy needs gamma='auto', got gamma={gamma!r}")
         self.policy = policy
-        d_enc, t_enc = draft_model.config.is_encoder_decoder, target_model.config.is_encoder_decoder
-        if d_enc != t_enc:
-            raise ValueError(
-                f"draft ({draft_model.config.model_type}) and target ({target_model.config.model_type}) must both be "
-                "decoder-only or both encoder-decoder"
-            )
-        v_draft = draft_model.get_output_embeddings().weight.shape[0]
+        # the target layers whose input states an EAGLE-3 head reads, kept from each verification pass
+        self.head_layers = target_layers(draft_model)
         v_target = target_model.get_output_embeddings().weight.shape[0]
-        if abs(v_draft - v_target) > MAX_VOCAB_PADDING:
-            raise ValueError(
-                f"draft vocabulary ({v_draft}) and target vocabulary ({v_target}) differ by more than padding rows: "
-                "speculative decoding needs a shared tokenizer. Use a draft trained with the target's tokenizer."
-            )
-        apply_draft_vocab(draft_model)  # a draft saved with a sub-vocabulary head (config.draft_vocab)
+        if self.head_layers:
+            draft_model.check_target(target_model)
+            if policy is not None:
+                raise ValueError(
+                    "gamma='auto' times a draft model's step; with an EAGLE-3 head give gamma as an int"
+                )
+            v_draft = draft_ids = draft_model.config.vocab_size
+        else:
+            v_draft = _check_draft_model(draft_model, target_model, v_target)
+            apply_draft_vocab(draft_model)  # a draft saved with a sub-vocabulary head (config.draft_vocab)
+            draft_ids = draft_model.get_input_embeddings().num_embeddings
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
         self.lean_draft = lean_draft
         self.vocab_size = min(v_draft, v_target)
         # ids the prompt may hold: rows of both input embeddings
-        self.num_input_ids = min(
-            draft_model.get_input_embeddings().num_embeddings,
-            target_model.get_input_embeddings().num_embeddings,
-        )
-        self.is_encoder_decoder = t_enc
+        self.num_input_ids = min(draft_ids, target_model.get_input_embeddings().num_embeddings)
+        self.is_encoder_decoder = target_model.config.is_encoder_decoder
         limits = [
             x
             for x in (context_limit(draft_model.config), context_limit(target_model.config))
@@ -131,8 +129,8 @@ class SpeculativeDecoder:
         budget = self._budget(prefix, max_new_tokens)
         encoder_ids = input_ids if self.is_encoder_decoder else None
         draft, target = (
-            draft_cache(self.draft, encoder_ids, self.lean_draft),
-            CachedModel(self.target, encoder_ids),
+            sequence_cache(self.draft, self.target, encoder_ids, self.lean_draft),
+            CachedModel(self.target, encoder_ids, self.head_layers),
         )
         record, times, eos = (
             SequenceRecord(prefix, len(prefix), return_target_logits),
@@ -183,13 +181,15 @@ class SpeculativeDecoder:
             )
             for i, prefix in enumerate(self._prefixes(prompts))
         ]
-        draft = RowCache.start(self.draft, input_ids, mask, lean=self.lean_draft)
-        target = RowCache.start(self.target, input_ids, mask)
+        draft = row_cache(self.draft, self.target, input_ids, mask, self.lean_draft)
+        target = RowCache.start(self.target, input_ids, mask, hidden_layers=self.head_layers)
         times = StepTimes()
         active = list(range(len(rows)))  # rows still decoding, in cache order
         while active:
             batch = [rows[i] for i in active]
-            finished = batch_step(batch, draft, target, times, eos, self.next_gamma(len(batch)), self.vocab_size,
+            # a head drafts from the target's states: none before the prompts' prefill
+            gamma = 0 if self.head_layers and target.width == 0 else self.next_gamma(len(batch))
+            finished = batch_step(batch, draft, target, times, eos, gamma, self.vocab_size,
                                   self.policy, temperature, top_p, generator)  # fmt: skip
             active = [i for i, done in zip(active, finished, strict=True) if not done]
         wall = time.perf_counter() - start  # every row's timings are the whole batch's
@@ -232,7 +232,7 @@ class SpeculativeDecoder:
     def _step(
         self,
         s: SequenceRecord,
-        draft: CachedModel | LlamaDraftCache,
+        draft: DraftCache,
         target: CachedModel,
         times: StepTimes,
         remaining: int,
@@ -245,6 +245,8 @@ class SpeculativeDecoder:
         k = min(
             self.next_gamma(1), remaining - 1
         )  # the step always adds one target token after the n accepted
+        if self.head_layers and len(target) == 0:
+            k = 0  # a head drafts from the target's states: none before the prompt's prefill
         L = len(s.tokens)
         t0 = time.perf_counter()
         draft_tokens, q = self._propose(draft, s.tokens, k, temperature, top_p, gen)  # [k], [k, V]
@@ -282,6 +284,8 @@ class SpeculativeDecoder:
         emitted = s.commit(draft_list, n, k, int(next_token), step_alpha, counted, target_logits)
         draft.crop(min(L + n, len(draft)))
         target.crop(len(s.tokens) - 1)
+        if self.head_layers:  # the head's next chain reads the target's states at the tokens just committed
+            draft.add_features(target.features[:, : verify_in.shape[1] - k + n])
         times.add(t0, t1, t2, t3, time.perf_counter())
         return emitted
 
@@ -291,7 +295,7 @@ class SpeculativeDecoder:
 
     def _propose(
         self,
-        draft: CachedModel | LlamaDraftCache,
+        draft: DraftCache,
         tokens: list[int],
         k: int,
         temperature: float,
@@ -315,6 +319,23 @@ class SpeculativeDecoder:
             feed = token.view(1, 1)
         q = torch.cat(probs) if probs else torch.empty(0)
         return torch.cat(proposed), q
+
+
+def _check_draft_model(draft: PreTrainedModel, target: PreTrainedModel, v_target: int) -> int:
+    """Refuse a draft model of another kind or tokenizer than the target's; returns its vocabulary rows."""
+    d_enc, t_enc = draft.config.is_encoder_decoder, target.config.is_encoder_decoder
+    if d_enc != t_enc:
+        raise ValueError(
+            f"draft ({draft.config.model_type}) and target ({target.config.model_type}) must both be "
+            "decoder-only or both encoder-decoder"
+        )
+    v_draft = draft.get_output_embeddings().weight.shape[0]
+    if abs(v_draft - v_target) > MAX_VOCAB_PADDING:
+        raise ValueError(
+            f"draft vocabulary ({v_draft}) and target vocabulary ({v_target}) differ by more than padding rows: "
+            "speculative decoding needs a shared tokenizer. Use a draft trained with the target's tokenizer."
+        )
+    return v_draft
 
 
 def _check_sampling(temperature: float, top_p: float) -> None:

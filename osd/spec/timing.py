@@ -62,6 +62,29 @@ def step_time(
     )
 
 
+@torch.inference_mode()
+def pass_times(model: PreTrainedModel, context: int, max_length: int, reps: int = 3) -> list[float]:
+    """Seconds of a prefill of `context` tokens, then `step_time` for lengths 1..max_length (a decode step,
+    then passes over 2..max_length tokens) after it, one round each (for timings taken in turns by the
+    caller, who keeps the best: the prefill is timed once, the first call of a model paying its set-up)."""
+    ids = torch.randint(4, model.config.vocab_size, (1, context + max_length), device=model.device)
+    synchronize(model.device)
+    start = time.perf_counter()
+    cache = model(ids[:, :context], use_cache=True).past_key_values
+    synchronize(model.device)
+    prefill = time.perf_counter() - start
+    return [prefill] + [
+        _best_median(
+            lambda n=n: model(ids[:, context : context + n], past_key_values=cache, use_cache=True),
+            lambda n=n: cache.crop(-n),
+            model.device,
+            reps,
+            1,
+        )
+        for n in range(1, max_length + 1)
+    ]
+
+
 def _best_median(
     call: Callable[[], object], reset: Callable[[], None], device: torch.device, reps: int, rounds: int
 ) -> float:

@@ -13,7 +13,7 @@ from osd.demo.online_demo import main, parse_args
 from osd.demo.report import print_costs
 from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
-from osd.spec.packed_linear import packing_available
+from osd.spec.serving_choice import available_layouts
 from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
 
 
@@ -24,11 +24,16 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
                     "--output_dir", str(out)])  # fmt: skip
     assert [r["domain"] for r in summary["domains"]] == list(DOMAINS)
     assert summary["updates"] == 3 * len(DOMAINS)
+    serving = summary["serving"]  # the start-up choice: --dtype float32 forces the weight-major layout
+    assert serving["layout"] == "weight_major" and serving["baseline"] in serving["pass_ms"]
     for row in summary["domains"]:
         assert len(row["queries"]) == 2 and 0.0 <= row["online"]["alpha"] <= 1.0
         assert 0.0 <= row["standard"]["alpha"] <= 1.0
-        # greedy: the three ways of serving a query emit the same tokens (tiny fp32 target: no near-ties)
-        assert row["standard"]["sd_tokens"] == row["standard"]["target_tokens"] == row["online"]["tokens"]
+        # greedy: both speculative runs emit the target's tokens (tiny fp32 target: no near-ties), and so does
+        # the target alone when it decodes in the same configuration
+        assert row["standard"]["sd_tokens"] == row["online"]["tokens"]
+        if serving["baseline"] == serving["layout"]:
+            assert row["standard"]["target_tokens"] == row["online"]["tokens"]
     printed = capsys.readouterr().out
     assert "latency on the same queries" in printed and "all" in printed
     costs = summary["costs"]  # this machine's: Eq. 2 with them, at the tails' mean alphas
@@ -38,8 +43,9 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
         and f"costs {costs['verify_cost']:.2f} target steps" in printed
     )
     standard_alpha = sum(r["standard"]["alpha"] for r in summary["domains"]) / len(DOMAINS)
-    assert costs["eq2_standard"] == speedup_measured_verify(
-        standard_alpha, 3, costs["c"], costs["verify_cost"]
+    assert costs["eq2_standard"] == pytest.approx(
+        speedup_measured_verify(standard_alpha, serving["gamma"], costs["c"], costs["verify_cost"])
+        * costs["baseline_step"]
     )
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
     written = json.loads((out / "summary.json").read_text())
@@ -137,39 +143,39 @@ def test_block_drafts_are_the_draft_as_it_stood_after_each_domain(tmp_path):
     assert not same(weights(both / "drafts" / "sql"), weights(TINY_DRAFT_PATH))
 
 
-def test_a_costly_bf16_verification_without_bf16_instructions_names_the_float32_flag(capsys):
-    costs = {"verify_cost": 2.3, "c": 0.05, "eq2_standard": 0.6, "eq2_online": 0.8}
-    info = {"cpu": "a CPU", "cpu_capability": "AVX2"}
-    print_costs(costs, info | {"cpu_bf16_instructions": []}, 3, "bfloat16")
-    assert "--dtype float32" in capsys.readouterr().out
-    for bf16, dtype in ((["avx512_bf16"], "bfloat16"), ([], "float32")):  # nothing to suggest
-        print_costs(costs, info | {"cpu_bf16_instructions": bf16}, 3, dtype)
-        printed = capsys.readouterr().out
-        assert "compute-bound" in printed and "--dtype float32" not in printed
+def test_the_costs_name_the_chosen_layouts_and_a_costly_verification_says_why_it_loses(capsys):
+    costs = {"verify_cost": 2.3, "c": 0.05, "eq2_standard": 0.6, "eq2_online": None, "baseline_step": 0.9}
+    info = {"cpu": "a CPU", "cpu_capability": "AVX2", "cpu_bf16_instructions": []}
+    print_costs(costs, info, 3, "plain", "bf16_rows")
+    printed = capsys.readouterr().out
+    assert "serves as plain, alone as bf16_rows (0.90 of its steps)" in printed and "online SD -x" in printed
+    assert "compute-bound" in printed
+    print_costs(costs | {"verify_cost": 1.1}, info, 3, "bf16_rows", "bf16_rows")
+    assert "compute-bound" not in capsys.readouterr().out
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not packing_available(), reason="this CPU or torch build has no oneDNN bf16 packing")
-def test_packed_linears_serve_the_same_tokens_faster_kernels_alike(tmp_path):
-    """--packed_linears on a bf16 tiny pair: every model's linears packed (the target-only baseline's too), and
-    the run's alphas equal those of the same run without it (the products are the same)."""
+@pytest.mark.parametrize("layout", [name for name in available_layouts("bfloat16") if name != "plain"])
+def test_a_forced_bf16_layout_serves_the_same_tokens_as_plain_bf16(tmp_path, layout):
+    """--linears packed / bf16_rows on a bf16 tiny pair: the start-up choice keeps the forced layout and gamma,
+    and the run's alphas and target-alone tokens equal those of plain bf16 (the products are the same)."""
     flags = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--per_domain", "2", "--tail", "1",
-             "--max_new_tokens", "8", "--domains", "sql", "code"]  # fmt: skip
-    plain = main([*flags, "--output_dir", str(tmp_path / "plain")])
-    packed = main([*flags, "--packed_linears", "--output_dir", str(tmp_path / "packed")])
-    assert plain["packed_linears"] == 0 and packed["packed_linears"] > 0
-    for a, b in zip(plain["domains"], packed["domains"], strict=True):
+             "--max_new_tokens", "8", "--domains", "sql", "code", "--gamma", "3", "--dtype", "bfloat16"]  # fmt: skip
+    plain = main([*flags, "--linears", "plain", "--output_dir", str(tmp_path / "plain")])
+    other = main([*flags, "--linears", layout, "--output_dir", str(tmp_path / layout)])
+    assert (plain["serving"]["layout"], other["serving"]["layout"]) == ("plain", layout)
+    assert other["serving"]["gamma"] == 3 and set(other["serving"]["pass_ms"]) == set(available_layouts())
+    for a, b in zip(plain["domains"], other["domains"], strict=True):
         assert (a["standard"]["alpha"], a["online"]["alpha"]) == (
             b["standard"]["alpha"],
             b["online"]["alpha"],
         )
-        assert a["standard"]["target_tokens"] == b["standard"]["target_tokens"]
 
 
-def test_packed_linears_refuse_a_float32_target(capsys):
+def test_a_layout_of_another_dtype_is_refused_naming_both_flags(capsys):
     with pytest.raises(SystemExit):
-        main(["--packed_linears", "--dtype", "float32", "--output_dir", "unused"])
-    assert "--packed_linears packs bf16 weights: it needs --dtype bfloat16" in capsys.readouterr().err
+        main(["--linears", "plain", "--dtype", "float32", "--output_dir", "unused"])
+    assert "no serving layout for --dtype float32 --linears plain" in capsys.readouterr().err
 
 
 def test_the_main_job_deletes_nothing_it_did_not_write_and_refuses_a_folder_in_use(tmp_path):

@@ -1,0 +1,64 @@
+"""What the engine drafts with: a separate draft model, or an EAGLE-3 head over the target's hidden states.
+
+    SpeculativeDecoder(drafter, target, gamma)    # drafter: a PreTrainedModel or an Eagle3Head
+
+A `Drafter` is an `nn.Module` either way, so the online updater trains either kind through its loss
+(`osd.online.buffer.distillation_loss` for a draft model, `osd.online.head_loss.head_distillation_loss` for a head).
+The engine meets a drafter through its cache (`DraftCache`: read committed tokens, propose from them, crop), made
+here for one sequence (`sequence_cache`) or a batch's rows (`row_cache`). A head also reads the target's input states
+at its `target_layers`, which the target's verification pass keeps (`target_layers`; none for a draft model) and
+hands to the head's cache after each step (`osd.spec.head_cache`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from transformers import PreTrainedModel
+
+from osd.spec.batched import RowCache
+from osd.spec.eagle3 import Eagle3Head
+from osd.spec.head_cache import HeadRows, HeadSequence
+from osd.spec.llama_draft import draft_cache
+
+Drafter = PreTrainedModel | Eagle3Head
+
+
+class DraftCache(Protocol):
+    """A drafter's state over one committed sequence (`CachedModel`, `LlamaDraftCache`, `HeadSequence`)."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def __len__(self) -> int:
+        """Committed tokens it has read."""
+
+    def forward(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        """Read tokens [1, n] after the cached ones; logits of the last num_logits [num_logits, V]."""
+
+    def crop(self, length: int) -> None:
+        """Keep what read the first `length` committed tokens."""
+
+
+def target_layers(drafter: Drafter) -> tuple[int, ...]:
+    """The target's decoder layers whose input states the drafter reads (none for a draft model)."""
+    return drafter.target_layers if isinstance(drafter, Eagle3Head) else ()
+
+
+def sequence_cache(
+    drafter: Drafter, target: PreTrainedModel, encoder_input_ids: torch.Tensor | None, lean: bool
+) -> DraftCache:
+    """The drafter's cache for one sequence (`generate`); lean: a Llama draft's lean step where it applies."""
+    if isinstance(drafter, Eagle3Head):
+        return HeadSequence(drafter, target.get_input_embeddings())
+    return draft_cache(drafter, encoder_input_ids, lean)
+
+
+def row_cache(
+    drafter: Drafter, target: PreTrainedModel, input_ids: torch.Tensor, mask: torch.Tensor, lean: bool
+) -> RowCache:
+    """The drafter's cache for B left-padded rows input_ids [B, T] (`generate_batch`)."""
+    if isinstance(drafter, Eagle3Head):
+        return HeadRows.begin(drafter, target.get_input_embeddings(), input_ids.shape[0])
+    return RowCache.start(drafter, input_ids, mask, lean=lean)

@@ -1,0 +1,209 @@
+"""Choose how to serve a target on this machine by measuring it: its dtype, its linear layers' layout, gamma.
+
+Which configuration decodes fastest depends on the CPU: with bf16 instructions (AVX512-BF16, AMX) a bf16
+target with oneDNN-packed weights (`osd.spec.packed_linear`) verifies a few tokens for about one step;
+without them torch's bf16 GEMM converts the weights once per row, and either the bf16-rows kernel
+(`osd.spec.bf16_rows`) or a float32 target with weight-major products (`osd.spec.weight_major`, twice the
+bytes per step) does better. `measure` times every candidate's prefill of a prompt, its one-token step and
+its passes over 2 to gamma + 1 tokens, and the draft's step, on the models themselves. A query of N new
+tokens then costs, by Eq. 2's reasoning with every pass charged its measured time,
+
+    target alone:              prefill + N * step
+    speculative, gamma g:      prefill + N / E[tokens](alpha, g) * (g * draft step + pass over g + 1 tokens)
+
+and `choose` takes the **baseline**, the candidate whose query alone is fastest (the fastest target-alone
+decoding on offer, which every speedup is measured against), and the **speculative configuration**, the
+(candidate, gamma) whose query is fastest at an expected alpha.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+from transformers import PreTrainedModel
+
+from osd.cost_model import expected_tokens_per_step
+from osd.spec.bf16_rows import kernel_available, use_bf16_rows_linears
+from osd.spec.packed_linear import packing_available, use_packed_linears
+from osd.spec.timing import draft_step_time, pass_times
+from osd.spec.weight_major import use_weight_major_linears
+
+
+class Layout(NamedTuple):
+    dtype: str  # the target's dtype
+    retype: Callable[[torch.nn.Module], int] | None  # makes a model's linear layers this layout's (in place)
+    available: Callable[[], bool]  # on this machine and torch build
+
+
+LAYOUTS = {
+    "plain": Layout("bfloat16", None, lambda: True),
+    "packed": Layout("bfloat16", use_packed_linears, packing_available),
+    "bf16_rows": Layout("bfloat16", use_bf16_rows_linears, kernel_available),
+    "weight_major": Layout("float32", use_weight_major_linears, lambda: True),
+}
+DTYPES = ("bfloat16", "float32")
+AUTO = "auto"
+
+
+def available_layouts(dtype: str = AUTO, layout: str = AUTO, device: str = "cpu") -> list[str]:
+    """The layouts this machine offers on `device`, narrowed to a forced target `dtype` and/or `layout` (AUTO:
+    any); on a GPU "plain" only (the others are CPU kernels)."""
+    names = [
+        name
+        for name, spec in LAYOUTS.items()
+        if spec.available() and (device == "cpu" or spec.retype is None)
+        and dtype in (AUTO, spec.dtype) and layout in (AUTO, name)
+    ]  # fmt: skip
+    if not names:
+        raise ValueError(f"no serving layout for --dtype {dtype} --linears {layout} on {device} here")
+    return names
+
+
+def serving_copy(target: PreTrainedModel, layout: str) -> PreTrainedModel:
+    """`target` (a CPU model, best in the dtype it is stored in) served in `layout`: a copy in the layout's
+    dtype with its layers retyped; the caller's model is left as it is, and returned when it already is
+    what "plain" asks for."""
+    spec = LAYOUTS[layout]
+    dtype = getattr(torch, spec.dtype)
+    if spec.retype is None and target.dtype == dtype:
+        return target
+    model = copy.deepcopy(target).to(dtype).eval()
+    if spec.retype is not None:
+        spec.retype(model)
+    return model
+
+
+@dataclass
+class Measured:
+    """Seconds of a target's prefill and of its forwards over 1..len(pass_s) new tokens after it (pass_s[0]:
+    the one-token step)."""
+
+    layout: str
+    prefill_s: float
+    pass_s: list[float] = field(default_factory=list)
+
+    def query_s(self, new_tokens: int) -> float:
+        """A query of `new_tokens` tokens decoded by this target alone."""
+        return self.prefill_s + new_tokens * self.pass_s[0]
+
+    def verify_cost(self, gamma: int) -> float:
+        """A pass over gamma + 1 tokens in one-token steps of this layout."""
+        return self.pass_s[gamma] / self.pass_s[0]
+
+
+def measure(
+    models: dict[str, PreTrainedModel], max_gamma: int, context: int = 64, rounds: int = 2
+) -> dict[str, Measured]:
+    """Time each layout's prefill of `context` tokens and its passes over 1..max_gamma + 1 tokens after it,
+    taking the best of `rounds` rounds that visit every layout in turn (load that comes and goes then hits
+    all alike; the first round pays each model's set-up)."""
+    best = {name: [float("inf")] * (max_gamma + 2) for name in models}
+    for _ in range(rounds):
+        for name, model in models.items():
+            times = pass_times(model, context, max_gamma + 1)
+            best[name] = [min(a, b) for a, b in zip(best[name], times, strict=True)]
+    return {name: Measured(name, times[0], times[1:]) for name, times in best.items()}
+
+
+@dataclass
+class Choice:
+    """The baseline and the speculative configuration `choose` picked, with the figures it picked them by."""
+
+    baseline: str  # the layout of the fastest target-alone decoding
+    layout: str  # the layout speculative decoding serves the target in
+    gamma: int
+    alpha: float  # the expected alpha it was chosen at
+    new_tokens: int  # per query, as it was chosen for
+    draft_step_s: float
+    measured: dict[str, Measured]
+
+    def predicted_speedup(self) -> float:
+        """The chosen configuration's query time over the baseline's, predicted at the chosen-at alpha."""
+        return self.measured[self.baseline].query_s(self.new_tokens) / speculative_query_s(
+            self.measured[self.layout], self.draft_step_s, self.alpha, self.gamma, self.new_tokens
+        )
+
+    def summary(self) -> dict[str, object]:
+        """The choice and its measurements, for a result file (milliseconds)."""
+        return {
+            "baseline": self.baseline, "layout": self.layout, "gamma": self.gamma, "alpha": self.alpha,
+            "new_tokens": self.new_tokens, "draft_step_ms": self.draft_step_s * 1e3,
+            "predicted_speedup": self.predicted_speedup(),
+            "prefill_ms": {m.layout: m.prefill_s * 1e3 for m in self.measured.values()},
+            "pass_ms": {m.layout: [t * 1e3 for t in m.pass_s] for m in self.measured.values()},
+        }  # fmt: skip
+
+    def lines(self) -> list[str]:
+        """What was chosen and why, for a log."""
+        longest = len(next(iter(self.measured.values())).pass_s)
+        out = [f"{'layout':<13} {'dtype':<9} {'prefill ms':>10} {'step ms':>8}  passes over 2..{longest} tokens, in steps"]  # fmt: skip
+        for m in self.measured.values():
+            costs = " ".join(f"{m.verify_cost(g):.2f}" for g in range(1, len(m.pass_s)))
+            out.append(
+                f"{m.layout:<13} {LAYOUTS[m.layout].dtype:<9} {m.prefill_s * 1e3:10.1f} {m.pass_s[0] * 1e3:8.1f}  {costs}"
+            )
+        out.append(
+            f"draft step {self.draft_step_s * 1e3:.2f} ms; target alone: {self.baseline} (the fastest query of "
+            f"{self.new_tokens} tokens); speculative decoding: {self.layout}, gamma {self.gamma} (predicted at "
+            f"alpha {self.alpha:.2f}: {self.predicted_speedup():.2f}x over the target alone)"
+        )
+        return out
+
+
+def speculative_query_s(
+    measured: Measured, draft_step_s: float, alpha: float, gamma: int, new_tokens: int
+) -> float:
+    """A query of `new_tokens` tokens by speculative decoding: prefill, then E[tokens](alpha, gamma) tokens per
+    gamma draft steps and one pass over gamma + 1 tokens."""
+    verification = gamma * draft_step_s + measured.pass_s[gamma]
+    return measured.prefill_s + new_tokens / expected_tokens_per_step(alpha, gamma) * verification
+
+
+def choose(
+    measured: dict[str, Measured],
+    draft_step_s: float,
+    alpha: float,
+    new_tokens: int,
+    layouts: list[str] | None = None,
+    gammas: list[int] | None = None,
+) -> Choice:
+    """The layout of all measured whose query of `new_tokens` tokens alone is fastest, and the (layout in
+    `layouts`, gamma in `gammas`) whose speculative query is fastest at `alpha` (defaults: every measured
+    layout, gamma 1..measured)."""
+    baseline = min(measured, key=lambda name: measured[name].query_s(new_tokens))
+    layouts = layouts or list(measured)
+    gammas = gammas or list(range(1, len(measured[baseline].pass_s)))
+    layout, gamma = min(
+        ((name, g) for name in layouts for g in gammas),
+        key=lambda lg: speculative_query_s(measured[lg[0]], draft_step_s, alpha, lg[1], new_tokens),
+    )
+    return Choice(baseline, layout, gamma, alpha, new_tokens, draft_step_s, measured)
+
+
+def measure_and_choose(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    alpha: float,
+    max_gamma: int,
+    prompt_tokens: int,
+    new_tokens: int,
+    dtype: str = AUTO,
+    layout: str = AUTO,
+    gamma: int | None = None,
+    device: str = "cpu",
+) -> tuple[Choice, dict[str, PreTrainedModel]]:
+    """Build every layout on offer on `device` from `target` (CPU, in its stored dtype), time them (prompts of
+    `prompt_tokens`) and `draft` (as it will serve, on `device`), and choose for queries of `new_tokens`; a
+    forced `dtype`, `layout` or `gamma` narrows the speculative choice only (the baseline is always the
+    fastest of all). Returns the choice and the models it needs (its baseline and its layout)."""
+    models = {name: serving_copy(target, name).to(device) for name in available_layouts(device=device)}
+    measured = measure(models, max_gamma if gamma is None else gamma, prompt_tokens)
+    choice = choose(
+        measured, draft_step_time(draft, prompt_tokens, reps=5, rounds=2), alpha, new_tokens,
+        available_layouts(dtype, layout, device), None if gamma is None else [gamma],
+    )  # fmt: skip
+    return choice, {name: models[name] for name in (choice.baseline, choice.layout)}

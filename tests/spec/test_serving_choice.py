@@ -1,0 +1,87 @@
+"""The start-up choice of a serving configuration: the baseline is the fastest one-token step, the speculative
+configuration maximises Eq. 2 over it with the measured passes, forced flags narrow only the latter, and the
+caller's target is never changed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from osd.cost_model import expected_tokens_per_step
+from osd.spec.serving_choice import (
+    LAYOUTS,
+    Measured,
+    available_layouts,
+    choose,
+    measure_and_choose,
+    serving_copy,
+)
+from osd.spec.weight_major import WeightMajorLinear
+from tests.tiny_models import draft_from_target, tiny_model
+
+# seconds of passes over 1..4 tokens: "plain" steps fastest but verifies dearly, "weight_major" verifies for
+# about a step
+A, B = "plain", "weight_major"
+MEASURED = {A: Measured(A, 5.0, [1.0, 1.9, 2.6, 3.3]), B: Measured(B, 0.5, [1.2, 1.25, 1.3, 1.4])}
+
+
+def test_the_baseline_is_the_fastest_query_alone_and_the_choice_the_fastest_speculative_one():
+    """Queries of 20 tokens: A's prefill costs 5 steps, B's 0.5 (20 + 5 vs 24 + 0.5: B is the faster alone though
+    A steps faster); at 100 tokens A is. The speculative choice minimises prefill + 20 / E[tokens] * (gamma
+    draft steps + the measured pass)."""
+    choice = choose(MEASURED, draft_step_s=0.05, alpha=0.6, new_tokens=20)
+    assert choice.baseline == B and choose(MEASURED, 0.05, 0.6, new_tokens=100).baseline == A
+
+    def query(layout: str, gamma: int) -> float:
+        verification = gamma * 0.05 + MEASURED[layout].pass_s[gamma]
+        return MEASURED[layout].prefill_s + 20 / expected_tokens_per_step(0.6, gamma) * verification
+
+    best = min(((lay, g) for lay in MEASURED for g in (1, 2, 3)), key=lambda lg: query(*lg))
+    assert (choice.layout, choice.gamma) == best == (B, 3)
+    assert choice.predicted_speedup() == pytest.approx((0.5 + 20 * 1.2) / query(B, 3))
+    summary = choice.summary()
+    assert (
+        summary["pass_ms"][B] == pytest.approx([1200, 1250, 1300, 1400]) and summary["prefill_ms"][A] == 5000
+    )
+    assert f"target alone: {B}" in choice.lines()[-1] and "float32" in choice.lines()[2]
+
+
+def test_forced_layouts_and_gamma_narrow_the_speculative_choice_not_the_baseline():
+    choice = choose(MEASURED, draft_step_s=0.05, alpha=0.6, new_tokens=20, layouts=[A], gammas=[2])
+    assert (choice.baseline, choice.layout, choice.gamma) == (B, A, 2)
+    assert choose(MEASURED, 0.05, 0.1, 20).gamma == 1  # a poor draft: the fewest proposals
+
+
+def test_available_layouts_follow_the_forced_dtype_and_layout():
+    assert available_layouts("float32") == ["weight_major"]
+    assert available_layouts(layout="plain") == ["plain"]
+    assert set(available_layouts()) <= set(LAYOUTS) and "plain" in available_layouts()
+    with pytest.raises(ValueError, match="--dtype float32 --linears plain"):
+        available_layouts("float32", "plain")
+
+
+def test_serving_copies_leave_the_callers_model_as_it_is():
+    target = tiny_model("llama")  # float32, as stored
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    classes = [type(m) for m in target.modules()]
+    wm = serving_copy(target, "weight_major")
+    plain = serving_copy(target, "plain")
+    assert wm is not target and any(isinstance(m, WeightMajorLinear) for m in wm.modules())
+    assert plain.dtype == torch.bfloat16 and plain is not target
+    assert serving_copy(plain, "plain") is plain  # already bf16 and plain: nothing to copy
+    assert [type(m) for m in target.modules()] == classes
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+
+
+def test_measure_and_choose_returns_the_models_it_chose():
+    torch.manual_seed(0)
+    target = tiny_model("llama", layers=2)
+    draft = draft_from_target(target, 0.1).to(torch.bfloat16).eval()
+    choice, models = measure_and_choose(target, draft, alpha=0.5, max_gamma=3, prompt_tokens=8, new_tokens=6)
+    assert set(choice.measured) == set(available_layouts())
+    assert all(len(m.pass_s) == 4 and min(m.pass_s) > 0 < m.prefill_s for m in choice.measured.values())
+    assert set(models) == {choice.baseline, choice.layout} and 1 <= choice.gamma <= 3
+    for name, model in models.items():
+        assert model.dtype == getattr(torch, LAYOUTS[name].dtype)
+    forced, _ = measure_and_choose(target, draft, 0.5, 3, 8, 6, dtype="float32", gamma=2)
+    assert (forced.layout, forced.gamma) == ("weight_major", 2)
