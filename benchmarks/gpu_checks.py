@@ -89,21 +89,14 @@ def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
     scale = [PY, "-m", "benchmarks.gpu_scale", "--device", device, "--out", str(work / "gpu_scale")]
     if args.dry_run:
         scale += ["--shapes", "tiny", "--queries", "2", "--prompt_tokens", "16", "--max_new_tokens", "16"]
-    main_job = [
-        PY,
-        "-m",
-        "osd.demo.online_demo",
-        *target,
-        *draft,
-        "--per_domain",
-        str(args.per_domain),
-        *small,
-    ]
-    main_job += ["--device", device, "--report_to", "none", "--output_dir", str(work / "main_job")]
+    main_job = [PY, "-m", "osd.demo.online_demo", *target, *draft, *short, "--device", device]
+    main_job += ["--per_domain", str(args.per_domain), "--report_to", "none"]
+    main_job += ["--output_dir", str(work / "main_job")]
     main_job += [] if demo else ["--ceiling", "none"]  # the recorded ceiling is the demo pair's
 
     def bench(name: str, bench_draft: list[str], needs: tuple[str, ...]) -> Stage:
-        command = [PY, "benchmarks/bench_engine.py", *target, *bench_draft, *short, *float32, "--device", device]
+        command = [PY, "benchmarks/bench_engine.py", *target, *bench_draft, *short, *float32]
+        command += ["--device", device]
         command += ["--num_prompts", str(args.num_prompts), "--output", str(work / f"{name}.json")]
         return Stage(name, command, 60, lambda: summarize_bench(work / f"{name}.json"), needs)
 
