@@ -21,13 +21,11 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from osd.cost_model import speedup_measured_verify
-from osd.models import SERVING_DTYPES
+from osd.models import SERVING_DTYPES, random_model
 from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative
-from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.timing import draft_step_time, machine, step_time
+from osd.spec.timing import machine, pair_costs
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
@@ -49,26 +47,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="outputs/step_costs.json")
     return ap.parse_args(argv)
-
-
-def random_model(folder: str, dtype: torch.dtype, device: str) -> PreTrainedModel:
-    """The model that `folder`'s config.json describes, with random weights (and its sub-vocabulary head)."""
-    config = AutoConfig.from_pretrained(folder)
-    return apply_draft_vocab(AutoModelForCausalLM.from_config(config, dtype=dtype)).to(device).eval()
-
-
-@torch.inference_mode()
-def costs(target: PreTrainedModel, draft: PreTrainedModel, context: int, max_gamma: int) -> dict[str, object]:
-    """Step times (ms), c, and the verification cost of k + 1 tokens for k = 1..max_gamma (target steps)."""
-    target_s = step_time(target, context)
-    draft_s = draft_step_time(draft, context)
-    verify = {k: step_time(target, context, length=k + 1) / target_s for k in range(1, max_gamma + 1)}
-    return {
-        "target_ms": 1e3 * target_s,
-        "draft_ms": 1e3 * draft_s,
-        "c": draft_s / target_s,
-        "verify_cost": verify,
-    }
 
 
 def eq2(c: float, verify: dict[int, float], alphas: list[float]) -> dict[float, dict[str, object]]:
@@ -94,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
             use_weight_major_linears(target)  # a float32 target's faster layout, as the benchmarks serve it
             draft = random_model(args.draft, getattr(torch, draft_name), device)
             run = {"device": device, "dtype": name, "draft_dtype": draft_name, "machine": machine(device)}
-            run |= costs(target, draft, args.context, args.max_gamma)
+            run |= pair_costs(target, draft, args.context, args.max_gamma)
             run["eq2_measured_verify"] = eq2(run["c"], run["verify_cost"], args.alpha)
             runs.append(run)
             verify = " ".join(f"{v:.2f}" for v in run["verify_cost"].values())

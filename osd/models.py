@@ -18,6 +18,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -26,6 +27,7 @@ from osd.demo.target import ensure_if_demo_target
 from osd.distill.config import ModelArguments
 from osd.model_checks import check_model_path, check_same_tokenizer, load_pretrained
 from osd.paths import DRAFT_PATH, TARGET_PATH
+from osd.spec.draft_vocab import apply_draft_vocab
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
 
@@ -51,6 +53,17 @@ def load_model(
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     dtype = resolve_dtype(dtype) if isinstance(dtype, str) else dtype or "auto"  # HF's "auto": as stored
     return load_pretrained(auto, path, cache_dir=cache_dir, dtype=dtype, device_map=device_map)
+
+
+def random_model(config: PretrainedConfig | str | Path, dtype: torch.dtype, device: str) -> PreTrainedModel:
+    """The causal LM that `config` (or a folder's config.json) describes, with random weights made on `device`
+    (a 7B model is initialised there in seconds, not on the CPU first), with its sub-vocabulary head, in
+    eval mode. Latency does not depend on the weights, so no weights need to travel to a machine."""
+    if not isinstance(config, PretrainedConfig):
+        config = AutoConfig.from_pretrained(config)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return apply_draft_vocab(model).eval()
 
 
 def load_tokenizer(path: str | Path, cache_dir: str | None = None, **kwargs) -> PreTrainedTokenizerBase:

@@ -8,8 +8,9 @@ import json
 import pytest
 import torch
 
-from benchmarks.step_costs import main, random_model
+from benchmarks.step_costs import main
 from osd.cost_model import speedup_measured_verify
+from osd.models import random_model
 from osd.spec.draft_vocab import SubVocabHead
 from tests.tiny_models import tiny_llama_config
 

@@ -2,6 +2,7 @@
 
     python -m osd.demo.online_demo
     python -m osd.demo.online_demo --per_domain 150 --ceiling none --output_dir outputs/online_demo_long
+    python -m osd.demo.online_demo --device cuda       # on a GPU: the target (bf16), the draft and its updates there
 
 A stream of local-workload queries shifts abruptly from one domain to the next (--per_domain each, in
 --domains order). `osd.train --mode online`'s trainer serves it through the one online loop
@@ -110,13 +111,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=[AUTO, *LAYOUTS],
         help="the layout of the target's linear layers for speculative decoding (osd.spec.serving_choice)",
     )
+    add("--device", default="cpu", choices=["cpu", "cuda"],
+        help="where the target, the draft and its updates run (cuda: the first GPU, the target in bf16)")  # fmt: skip
     add("--output_dir", default="outputs/online_demo")
     add("--threads", type=int, default=1, help="torch CPU threads")
     add("--report_to", nargs="+", default=["none"], help="e.g. wandb (offline without an API key)")
     add("--run_name", help="the wandb run's name (default: built from the models and stream)")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device on this machine")
     try:
-        available_layouts(args.dtype, args.linears)
+        available_layouts(args.dtype, args.linears, args.device)
     except ValueError as e:
         parser.error(str(e))
     if not 0 < args.expected_alpha < 1 or args.max_gamma < 1:
@@ -149,12 +154,13 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     tokenizer = load_tokenizer(args.target, None)
     check_same_tokenizer(args.draft, args.target, tokenizer)
     draft = load_model(args.draft, "float32", None)
-    standard = load_model(args.draft, online.draft_serving_dtype or "float32", None).eval()  # fmt: skip
+    draft_serving = online.draft_serving_dtype or "float32"
+    standard = load_model(args.draft, draft_serving, None).to(args.device).eval()  # the Trainer moves `draft`
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
     prompt_tokens = sum(len(dataset[i]["prompt_ids"]) for i in range(len(dataset))) // len(dataset)
     choice, targets = measure_and_choose(
         load_model(args.target, None, None).eval(), apply_draft_vocab(standard), args.expected_alpha,
-        args.max_gamma, prompt_tokens, args.max_new_tokens, args.dtype, args.linears, args.gamma,
+        args.max_gamma, prompt_tokens, args.max_new_tokens, args.dtype, args.linears, args.gamma, args.device,
     )  # fmt: skip
     print("\n".join(["serving configuration, measured at start-up:", *choice.lines()]), flush=True)
     args.gamma, teacher, baseline = choice.gamma, targets[choice.layout], targets[choice.baseline]
@@ -168,7 +174,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
         learning_rate=args.learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0,
         max_grad_norm=0.0, kl_method=args.kl_method, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
         freeze_embeddings=args.freeze_embeddings, draft_vocab_rows_only=rows_only, eval_on_start=False,
-        save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=args.run_name, use_cpu=True,
+        save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=args.run_name, use_cpu=args.device == "cpu",
         disable_tqdm=True, seed=0, **vars(online),
     )  # fmt: skip
     blocks = out / "drafts" if args.stream == "abrupt" else None
@@ -195,7 +201,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     shares = {"update_time_share": run.update_time_s / run.serve_time_s,
               "background_update_share": run.background_update_time_s / run.serve_time_s}  # fmt: skip
     command = "python -m osd.demo.online_demo " + " ".join(argv)
-    summary = {"command": command.strip(), "machine": machine(), "costs": costs, "wall_s": time.perf_counter() - start,
+    summary = {"command": command.strip(), "machine": machine(args.device), "costs": costs, "wall_s": time.perf_counter() - start,
                "args": vars(args), "domains": rows, "plot": str(png), "updates": run.updates,
                "serving": choice.summary(), **shares}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(repo_relative(summary), indent=1))

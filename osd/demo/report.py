@@ -168,9 +168,12 @@ def machine_costs(
 
 
 def print_costs(costs: dict[str, float], info: dict, gamma: int, layout: str, baseline: str) -> None:
+    where = info.get("gpu") or (
+        f"{info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
+        f"{', '.join(info['cpu_bf16_instructions']) or 'none'}"
+    )
     print(
-        f"\nthis machine ({info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
-        f"{', '.join(info['cpu_bf16_instructions']) or 'none'}): the target serves as {layout}, alone as "
+        f"\nthis machine ({where}): the target serves as {layout}, alone as "
         f"{baseline} ({costs['baseline_step']:.2f} of its steps); verifying {gamma + 1} tokens costs "
         f"{costs['verify_cost']:.2f} target steps, a draft step {costs['c']:.3f} of one; Eq. 2 with these "
         f"costs predicts Standard SD {format_alpha(costs['eq2_standard'], '.2f')}x, "

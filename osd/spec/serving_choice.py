@@ -49,15 +49,17 @@ DTYPES = ("bfloat16", "float32")
 AUTO = "auto"
 
 
-def available_layouts(dtype: str = AUTO, layout: str = AUTO) -> list[str]:
-    """The layouts this machine offers, narrowed to a forced target `dtype` and/or `layout` (AUTO: any)."""
+def available_layouts(dtype: str = AUTO, layout: str = AUTO, device: str = "cpu") -> list[str]:
+    """The layouts this machine offers on `device`, narrowed to a forced target `dtype` and/or `layout` (AUTO:
+    any); on a GPU "plain" only (the others are CPU kernels)."""
     names = [
         name
         for name, spec in LAYOUTS.items()
-        if spec.available() and dtype in (AUTO, spec.dtype) and layout in (AUTO, name)
-    ]
+        if spec.available() and (device == "cpu" or spec.retype is None)
+        and dtype in (AUTO, spec.dtype) and layout in (AUTO, name)
+    ]  # fmt: skip
     if not names:
-        raise ValueError(f"no serving layout for --dtype {dtype} --linears {layout} on this machine")
+        raise ValueError(f"no serving layout for --dtype {dtype} --linears {layout} on {device} here")
     return names
 
 
@@ -194,15 +196,16 @@ def measure_and_choose(
     dtype: str = AUTO,
     layout: str = AUTO,
     gamma: int | None = None,
+    device: str = "cpu",
 ) -> tuple[Choice, dict[str, PreTrainedModel]]:
-    """Build every layout on offer from `target` (CPU, in its stored dtype), time them (prompts of
-    `prompt_tokens`) and `draft` (as it will serve), and choose for queries of `new_tokens`; a forced
-    `dtype`, `layout` or `gamma` narrows the speculative choice only (the baseline is always the fastest of
-    all). Returns the choice and the models it needs (its baseline and its layout)."""
-    models = {name: serving_copy(target, name) for name in available_layouts()}
+    """Build every layout on offer on `device` from `target` (CPU, in its stored dtype), time them (prompts of
+    `prompt_tokens`) and `draft` (as it will serve, on `device`), and choose for queries of `new_tokens`; a
+    forced `dtype`, `layout` or `gamma` narrows the speculative choice only (the baseline is always the
+    fastest of all). Returns the choice and the models it needs (its baseline and its layout)."""
+    models = {name: serving_copy(target, name).to(device) for name in available_layouts(device=device)}
     measured = measure(models, max_gamma if gamma is None else gamma, prompt_tokens)
     choice = choose(
         measured, draft_step_time(draft, prompt_tokens, reps=5, rounds=2), alpha, new_tokens,
-        available_layouts(dtype, layout), None if gamma is None else [gamma],
+        available_layouts(dtype, layout, device), None if gamma is None else [gamma],
     )  # fmt: skip
     return choice, {name: models[name] for name in (choice.baseline, choice.layout)}

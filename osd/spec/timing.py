@@ -155,6 +155,32 @@ def draft_step_time(
     )
 
 
+@torch.inference_mode()
+def pair_costs(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    context: int,
+    max_gamma: int,
+    reps: int = 30,
+    rounds: int = 5,
+) -> dict[str, object]:
+    """A pair's costs after `context` tokens: the target's and the draft's step (ms, the draft as the engine
+    steps it), c = draft step / target step, and `verify_cost[k]`, a target pass over k + 1 tokens in target
+    steps, for k = 1..max_gamma (Eq. 2 charged with it: `osd.cost_model.speedup_measured_verify`)."""
+    target_s = step_time(target, context, reps=reps, rounds=rounds)
+    draft_s = draft_step_time(draft, context, reps=reps, rounds=rounds)
+    verify = {
+        k: step_time(target, context, length=k + 1, reps=reps, rounds=rounds) / target_s
+        for k in range(1, max_gamma + 1)
+    }
+    return {
+        "target_ms": 1e3 * target_s,
+        "draft_ms": 1e3 * draft_s,
+        "c": draft_s / target_s,
+        "verify_cost": verify,
+    }
+
+
 ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "NUMBA_CPU_NAME")
 
 

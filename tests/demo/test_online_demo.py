@@ -9,7 +9,7 @@ import torch
 
 from osd.conversations import load_conversations, record_groups
 from osd.cost_model import query_time, speedup_measured_verify
-from osd.demo.online_demo import main
+from osd.demo.online_demo import main, parse_args
 from osd.demo.report import print_costs
 from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
@@ -202,3 +202,10 @@ def test_the_main_job_deletes_nothing_it_did_not_write_and_refuses_a_folder_in_u
     with pytest.raises(DataFileError, match="inside the input folder"):
         main(["--draft", str(TINY_DRAFT_PATH), "--output_dir", str(TINY_DRAFT_PATH / "out")])
     assert not (TINY_DRAFT_PATH / "out").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
+def test_device_cuda_without_a_gpu_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--device", "cuda"])
+    assert exited.value.code == 2 and "--device cuda: torch sees no CUDA device" in capsys.readouterr().err

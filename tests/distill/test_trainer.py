@@ -15,6 +15,7 @@ from osd.distill.data import ConversationDataset, DistillCollator
 from osd.distill.losses import forward_kl
 from osd.distill.trainer import DistillTrainer
 from osd.spec import measure_acceptance
+from tests.devices import DEVICES
 
 
 def make_trainer(
@@ -69,9 +70,11 @@ def two_records(tmp_path) -> str:
     return str(path)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("source", ["teacher", "student"])
-def test_gradient_accumulation_matches_one_big_batch(source, llama_pair, tokenizer, tmp_path):
-    """TRL #4719: two micro-batches of 1 must give the same update as one batch of 2."""
+def test_gradient_accumulation_matches_one_big_batch(source, device, llama_pair, tokenizer, tmp_path):
+    """TRL #4719: two micro-batches of 1 must give the same update as one batch of 2 (an offline step, on
+    each device: the Trainer moves student and teacher there)."""
     student, teacher = llama_pair
     path = two_records(tmp_path)
     common = {
@@ -80,6 +83,7 @@ def test_gradient_accumulation_matches_one_big_batch(source, llama_pair, tokeniz
         "learning_rate": 1.0,
         "max_grad_norm": 1e9,
         "sample_source": source,
+        "use_cpu": device == "cpu",
     }
     updated = []
     for bs, ga in ((2, 1), (1, 2)):
@@ -94,7 +98,8 @@ def test_gradient_accumulation_matches_one_big_batch(source, llama_pair, tokeniz
             gradient_accumulation_steps=ga,
             **common,
         ).train()
-        updated.append(model.state_dict())
+        assert model.device.type == device
+        updated.append({name: w.cpu() for name, w in model.state_dict().items()})
     moved = False
     for name, before in student.state_dict().items():
         torch.testing.assert_close(updated[1][name], updated[0][name], rtol=1e-4, atol=1e-6, msg=name)

@@ -1,0 +1,62 @@
+"""osd.stages: stages run in order, each within its own time limit and the check's budget; a failed, timed-out
+or skipped stage is recorded and the next runs; the three result files are rewritten after every stage."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from osd.stages import FAILED, NOT_RUN, PASSED, SKIPPED, TIMED_OUT, Stage, run_stages
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_each_stage_is_recorded_and_the_next_runs_whatever_happened(tmp_path: Path) -> None:
+    made = tmp_path / "made.json"
+    stages = [
+        Stage("writes", py(f"open({str(made)!r}, 'w').write('{{\"x\": 3}}'); print('wrote')"), 30,
+              lambda: ({"x": json.loads(made.read_text())["x"]}, "| x |")),
+        Stage("fails", py("import sys; print('bad'); sys.exit(3)"), 30),
+        Stage("hangs", py("import time; time.sleep(60)"), 1),
+        Stage("after_fails", py("pass"), 30, needs=("fails",)),
+        Stage("needs_another_check", py("pass"), 30, needs=("not_in_this_check",)),  # a rerun of some stages
+        Stage("build", ["no-such-program"], 30, dry_run=True),
+        Stage("missing_program", ["no-such-program-either"], 30),
+    ]  # fmt: skip
+    start = time.monotonic()
+    results = run_stages(stages, tmp_path / "out", "a check", 100, {"pair": "tiny"})
+    assert time.monotonic() - start < 30  # the sleeping stage was stopped at its own limit
+    assert [r.status for r in results] == [PASSED, FAILED, TIMED_OUT, SKIPPED, PASSED, NOT_RUN, FAILED]
+    assert results[0].figures == {"x": 3} and "wrote" in results[0].log_tail
+    assert results[1].returncode == 3 and "bad" in results[1].log_tail
+    assert results[3].note == "needs fails, which did not pass" and "could not start" in results[6].note
+    written = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert written["pair"] == "tiny" and [s["status"] for s in written["stages"]] == [
+        r.status for r in results
+    ]
+    markdown = (tmp_path / "out" / "results.md").read_text()
+    assert markdown.startswith("# a check") and "| hangs | timed out |" in markdown and "| x |" in markdown
+    assert "===== fails:" in (tmp_path / "out" / "log.txt").read_text()
+    assert sys.executable not in markdown and "`python -c" in markdown  # no machine path in what is recorded
+
+
+def test_a_spent_budget_skips_the_rest_and_unreadable_outputs_fail_a_stage(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr("osd.stages.MIN_STAGE_S", 1.0)  # a stage needs 1 s left to start
+
+    def unreadable() -> tuple[dict, str]:
+        return json.loads((tmp_path / "never_written.json").read_text()), ""
+
+    stages = [
+        Stage("no_outputs", py("pass"), 30, unreadable),
+        Stage("slow", py("import time; time.sleep(60)"), 60),
+        Stage("late", py("pass"), 30),
+    ]
+    results = run_stages(stages, tmp_path / "out", "a check", 2.5, {})
+    assert [r.status for r in results] == [FAILED, TIMED_OUT, SKIPPED]  # "slow" got what was left of 2.5 s
+    assert "could not be read" in results[0].note and "budget of 2 s was spent" in results[2].note
