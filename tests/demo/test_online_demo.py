@@ -13,6 +13,7 @@ from osd.demo.online_demo import main
 from osd.demo.report import print_costs
 from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
+from osd.spec.eagle3 import load_head
 from osd.spec.serving_choice import available_layouts
 from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
 
@@ -47,6 +48,21 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     assert written["args"]["draft_serving_dtype"] == "bfloat16" and written["command"].startswith(
         "python -m osd.demo.online_demo --target"
     )
+
+
+def test_online_demo_with_a_head_serves_distils_and_saves_it(tmp_path):
+    """--drafter head on the tiny pair: a fresh EAGLE-3 head (its bf16 copy) serves every query and learns from it,
+    each domain's block and the final head are saved in the speculators format, and the report times the head."""
+    out = tmp_path / "demo"
+    summary = main(["--target", str(TINY_TEACHER_PATH), "--drafter", "head", "--dtype", "float32", "--domains", "sql",
+                    "code", "--per_domain", "2", "--tail", "1", "--max_new_tokens", "8", "--output_dir", str(out)])  # fmt: skip
+    assert summary["updates"] == 4 and summary["args"]["drafter"] == "head"
+    for row in summary["domains"]:
+        # greedy: the head's online SD, Standard SD and the target alone emit the same tokens
+        assert row["standard"]["sd_tokens"] == row["standard"]["target_tokens"] == row["online"]["tokens"]
+    assert summary["costs"]["c"] > 0  # a step of the head's chain, timed
+    for folder in (out / "draft", out / "drafts" / "sql", out / "drafts" / "code"):
+        assert load_head(folder).target_layers == (1, 2, 3)
 
 
 @pytest.mark.slow
