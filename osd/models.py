@@ -26,8 +26,11 @@ from transformers import (
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.config import ModelArguments
 from osd.model_checks import check_model_path, check_same_tokenizer, load_pretrained
+from osd.online.config import OnlineArguments
 from osd.paths import DRAFT_PATH, TARGET_PATH
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.drafter import Drafter
+from osd.spec.eagle3 import Eagle3Head, load_head
 
 SERVING_DTYPES = ("bfloat16", "float32", "float16")
 
@@ -80,21 +83,34 @@ def load_tokenizer(path: str | Path, cache_dir: str | None = None, **kwargs) -> 
 
 
 def load_models(
-    model_args: ModelArguments,
-) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, PreTrainedModel]:
-    """(tokenizer, student, teacher) named by the model flags; the tokenizer is the teacher's."""
+    model_args: ModelArguments, online: OnlineArguments | None = None
+) -> tuple[PreTrainedTokenizerBase, Drafter, PreTrainedModel]:
+    """(tokenizer, student, teacher) named by the model flags; the tokenizer is the teacher's. With `online`'s
+    --drafter head the student is an EAGLE-3 head (`load_head_drafter`; --student_model_path is not read)."""
+    head = online is not None and online.drafter == "head"
     tokenizer = load_tokenizer(model_args.teacher_model_path, model_args.cache_dir)
-    check_same_tokenizer(
-        model_args.student_model_path, model_args.teacher_model_path, tokenizer, model_args.cache_dir
-    )
-    student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
+    if not head:
+        check_same_tokenizer(
+            model_args.student_model_path, model_args.teacher_model_path, tokenizer, model_args.cache_dir
+        )
     teacher = load_model(
         model_args.teacher_model_path,
         model_args.teacher_dtype,
         model_args.cache_dir,
         model_args.teacher_device_map,
     )
+    if head:
+        return tokenizer, load_head_drafter(teacher, online.head_path), teacher
+    student = load_model(model_args.student_model_path, model_args.student_dtype, model_args.cache_dir)
     return tokenizer, student, teacher
+
+
+def load_head_drafter(target: PreTrainedModel, path: str | Path | None, seed: int = 0) -> Eagle3Head:
+    """The EAGLE-3 head that drafts for `target` and learns (--drafter head), in float32 on the target's device: the
+    one saved in `path` (`osd.spec.eagle3.save_head`'s folder), or a fresh one (`Eagle3Head.for_target`, seeded)."""
+    head = Eagle3Head.for_target(target, seed=seed) if path is None else load_head(path, target.device)
+    head.check_target(target)
+    return head.float()
 
 
 def load_demo_pair(

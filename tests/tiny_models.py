@@ -196,3 +196,41 @@ def recorded_tiny_target(max_new_tokens: int, num_prompts: int = 6, top_k: int =
     header = {"tokenizer": RANDOM_TOKENIZER, "vocab_rows": VOCAB}
     recording = record_prompts(target, prompts, header, max_new_tokens, eos_token_id=EOS, top_k=top_k)
     return target, recording
+
+
+def distilled_head(target: PreTrainedModel, vocab_size: int, steps: int):
+    """An EAGLE-3 head over the `vocab_size` ids the target writes most, distilled for `steps` AdamW steps on 8 of
+    the target's sampled continuations of random 6-token prompts (seconds): it agrees with the target sometimes,
+    not always."""
+    from collections import Counter
+    from functools import partial
+
+    from osd.distill.losses import forward_kl
+    from osd.online.head_loss import FeatureQuery, head_distillation_loss, target_features
+    from osd.spec.draft_vocab import select_token_ids
+    from osd.spec.eagle3 import Eagle3Head
+
+    vocab = target.get_input_embeddings().num_embeddings
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, vocab, (1, 6), generator=gen) for _ in range(8)]
+    torch.manual_seed(0)
+    sequences = [
+        target.generate(p, max_new_tokens=40, do_sample=True, top_k=0, pad_token_id=0)[0] for p in prompts
+    ]
+    ids = select_token_ids(Counter(torch.cat(sequences).tolist()), vocab_size, always=[EOS])
+    head = Eagle3Head.for_target(target, ids)
+    queries = []
+    for tokens in sequences:
+        with torch.no_grad():
+            logits = target(tokens[None, :-1]).logits[0]  # row j predicts tokens[j + 1]
+        positions = torch.arange(2, len(tokens))
+        features = target_features(target, head.target_layers, tokens)
+        queries.append(FeatureQuery(tokens, features, positions, logits[positions - 1]))
+    loss = partial(head_distillation_loss, embed=target.get_input_embeddings(), divergence=forward_kl)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    head.train()
+    for step in range(steps):
+        loss(head, queries[step % 2 * 4 : step % 2 * 4 + 4], torch.Tensor.backward)
+        optimizer.step()
+        optimizer.zero_grad()
+    return head.eval()

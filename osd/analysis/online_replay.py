@@ -17,6 +17,14 @@ chosen one is then run for real.
 
     python -m osd.analysis.online_replay --recording outputs/recordings/stream --stream outputs/stream.json \
         --draft osd/demo/models/draft --max_propose_num 4 --learning_rate 3e-4 --online_update_interval 4 --out outputs/replay.json
+
+With --drafter head the drafter is an EAGLE-3 head (--head_path, or a fresh one for --target): the recording must
+keep the target's states (`record --features`); its target distribution is the top-K with the rest spread evenly.
+--online_rejected_weight adds Aurora's term on the rejected proposals: run it with 0 and with a weight to measure
+the two recipes on one recording.
+
+    python -m osd.analysis.online_replay --recording REC --stream STREAM --drafter head --head_path HEAD \
+        --online_rejected_weight 0.5 --out outputs/replay_head_aurora.json
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ import copy
 import json
 import sys
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from osd.alpha import format_alpha, pooled_alpha
 from osd.analysis.recording import (
@@ -37,6 +47,7 @@ from osd.analysis.recording import (
     check_same_target,
     load_recording,
     paths,
+    recorded_model,
     stream_groups,
     tokenizer_identity,
 )
@@ -44,14 +55,19 @@ from osd.analysis.replay_server import ReplayServer, recording_queries, topk_los
 from osd.analysis.simulate import check_draft
 from osd.datafiles import refuse_overwrite
 from osd.distill.lm_training import train_lm
+from osd.distill.losses import forward_kl
 from osd.distill.teacher_topk import topk_distillation
 from osd.model_checks import load_pretrained
+from osd.models import load_head_drafter
 from osd.online.config import OnlineArguments, add_online_flags, online_arguments
+from osd.online.head_loss import head_distillation_loss
 from osd.online.loop import SHARED_DRAFT, OnlineLoop
 from osd.online.records import OnlineState, tail_length
 from osd.online.updater import DraftUpdater, adamw_step
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.drafter import Drafter, save_drafter
+from osd.spec.eagle3 import Eagle3Head
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.user_errors import non_negative_float, non_negative_int, positive_int, run_main
 
@@ -69,14 +85,23 @@ def replay(
     learning_rate: float = LEARNING_RATE,
     weight_decay: float = 0.0,
     learn: bool = True,
+    embed: nn.Module | None = None,
 ) -> list[dict]:
     """Serve the recorded stream in order with `draft` (a copy in --draft_serving_dtype), distilled by the
-    online loop (unless not `learn`). Returns per query: id, alpha_sum, counted positions, wrong positions."""
+    online loop (unless not `learn`): a draft model, or a head (`embed`: the target's input embedding; its loss
+    `osd.online.head_loss`, with --online_rejected_weight). Returns per query: id, alpha_sum, counted positions,
+    wrong positions."""
     if recording.header.get("top_k") is None:
         raise ValueError("online replay needs a recording with top-K (osd.analysis.record --top_k 32)")
-    server = ReplayServer(recording, gamma, check_draft(recording, draft, draft_tokenizer, "--recording"))
+    server = ReplayServer(
+        recording, gamma, check_draft(recording, draft, draft_tokenizer, "--recording"), embed
+    )
+    loss = topk_loss
+    if isinstance(draft, Eagle3Head):
+        loss = partial(head_distillation_loss, embed=embed, divergence=forward_kl,
+                       rejected_weight=online.online_rejected_weight)  # fmt: skip
     updater = DraftUpdater(
-        {SHARED_DRAFT: draft}, topk_loss, adamw_step(draft.parameters(), learning_rate, weight_decay), online,
+        {SHARED_DRAFT: draft}, loss, adamw_step(draft.parameters(), learning_rate, weight_decay), online,
         OnlineState(), learns=learn and online.online_update_interval > 0,
     )  # fmt: skip
     groups = ["all"] * len(recording.prompts)  # alpha per group is `summarize`'s
@@ -139,6 +164,19 @@ def summarize(served: list[dict], groups: list[str], tail_fraction: float = 1 / 
     return out
 
 
+def load_drafter(
+    draft: str | None, online: OnlineArguments, target: str
+) -> tuple[Drafter, nn.Module | None, PreTrainedTokenizerBase]:
+    """(the drafter in float32, the input embedding of `target` for a head, the tokenizer): the draft model at
+    `draft`, or with --drafter head a head for `target` (--head_path, or a fresh one)."""
+    if online.drafter == "model":
+        model = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, draft, dtype=torch.float32))
+        return model, None, load_pretrained(AutoTokenizer, draft)
+    target_model = load_pretrained(AutoModelForCausalLM, target, "name the head's target with --target")
+    head = load_head_drafter(target_model, online.head_path)
+    return head, target_model.get_input_embeddings(), load_pretrained(AutoTokenizer, target)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -149,7 +187,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--stream", required=True, help="the recorded conversation file (its `dataset` fields group alpha)"
     )
-    parser.add_argument("--draft", required=True)
+    parser.add_argument("--draft", default=None, help="the draft model (--drafter model)")
+    parser.add_argument(
+        "--target", default=None,
+        help="--drafter head: the target the head drafts for (its input embedding and tokenizer; a fresh head is "
+        "built for it without --head_path); default: the recording's model",
+    )  # fmt: skip
     add_gamma_flag(parser, ALPHA_FIGURES, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     add_online_flags(parser, PRESET)
     parser.add_argument("--learning_rate", type=non_negative_float, default=LEARNING_RATE)
@@ -174,29 +217,34 @@ def main(argv: list[str] | None = None) -> dict:
         "(for benchmarks.draft_alpha or bench_engine)",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    online = online_arguments(args)
     if args.offline_more and not args.offline_steps:
         parser.error(
             "--offline_more adds training queries to the offline ceiling: pass --offline_steps N too"
         )
+    if (online.drafter == "model") != (args.draft is not None) or (
+        online.drafter == "head" and args.offline_steps
+    ):
+        parser.error("--drafter model replays --draft (with --offline_steps if asked); --drafter head, a head "
+                     "(--head_path, --target), without --draft or --offline_steps")  # fmt: skip
     outputs = {flag: path for flag, path in (("--out", args.out), ("--save_draft", args.save_draft)) if path}
     if outputs:
         inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
-        refuse_overwrite(outputs, inputs | {"--stream": args.stream, "--draft": args.draft})
+        sources = {"--stream": args.stream, "--draft": args.draft, "--head_path": online.head_path}
+        refuse_overwrite(outputs, inputs | sources | {"--target": args.target})
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    online = online_arguments(args)
     recording = load_recording(args.recording)
     recording.prompts = recording.prompts[: args.limit]
     groups = stream_groups(recording, args.recording, args.stream, "--stream")
-    draft_tokenizer = load_pretrained(AutoTokenizer, args.draft)
+    draft, embed, draft_tokenizer = load_drafter(args.draft, online, args.target or recorded_model(recording))
     tokenizer = tokenizer_identity(draft_tokenizer)
-    draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=torch.float32))
     standard_draft = copy.deepcopy(draft)  # untouched: serves the Standard run and starts the offline ceiling
     optimizer = {"learning_rate": args.learning_rate, "weight_decay": args.weight_decay}
-    standard = replay(recording, standard_draft, tokenizer, args.gamma, online, learn=False)
-    served = replay(recording, draft, tokenizer, args.gamma, online, **optimizer)
+    standard = replay(recording, standard_draft, tokenizer, args.gamma, online, learn=False, embed=embed)
+    served = replay(recording, draft, tokenizer, args.gamma, online, **optimizer, embed=embed)
     if args.save_draft:
-        draft.to(getattr(torch, online.draft_serving_dtype or "float32")).save_pretrained(args.save_draft)
+        save_drafter(draft.to(getattr(torch, online.draft_serving_dtype or "float32")), args.save_draft)
         draft_tokenizer.save_pretrained(args.save_draft)
     result = {
         "recipe": asdict(online) | optimizer,
@@ -219,7 +267,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.out:
         command = "python -m osd.analysis.online_replay " + " ".join(sys.argv[1:] if argv is None else argv)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        draft_path = str(Path(args.draft).resolve()) if Path(args.draft).exists() else args.draft
+        path = args.draft or online.head_path or "(a fresh head)"
+        draft_path = str(Path(path).resolve()) if Path(path).exists() else path
         payload = {"command": command, "draft": draft_path, "gamma": args.gamma,
                    "max_new_tokens": recording.header["max_new_tokens"], **result,
                    "queries": {"standard": standard, "online": served}}  # fmt: skip

@@ -4,8 +4,10 @@ r"""Record a target's greedy outputs (and optionally its top-k logits) over a co
         --conversations data/local/sql_eval.json --limit 8 --max_new_tokens 64 --top_k 20 \
         --output outputs/analysis/tiny_sql
 
-writes `outputs/analysis/tiny_sql.jsonl` (+ `.safetensors` with --top_k); format in
-`osd.analysis.recording`. Prompts are the records' first user turns encoded with
+writes `outputs/analysis/tiny_sql.jsonl` (+ `.safetensors` with --top_k or --features); format in
+`osd.analysis.recording`. --features also keeps the target's states that an EAGLE-3 head reads (the input states
+of `osd.spec.eagle3.eagle3_layers`), so that `simulate` and `online_replay` evaluate heads too: K H values a token
+(3 * 576 for the demo target), much more than the tokens. Prompts are the records' first user turns encoded with
 `osd.prompting.encode_prompt`; outputs are plain cached greedy decoding
 (`osd.spec.evaluate.target_only_greedy`), i.e. what greedy speculative decoding emits.
 """
@@ -34,10 +36,12 @@ from osd.conversations import load_conversations, user_query
 from osd.datafiles import refuse_overwrite
 from osd.model_checks import load_pretrained
 from osd.models import SERVING_DTYPES
+from osd.online.head_loss import target_features
 from osd.paths import repo_relative
 from osd.prompting import PLAIN_TEMPLATE, encode_prompt
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import context_limit
+from osd.spec.eagle3 import eagle3_layers
 from osd.spec.evaluate import target_only_greedy
 from osd.user_errors import non_negative_int, positive_float, positive_int, run_main
 
@@ -64,8 +68,10 @@ def record_prompts(
     eos_token_id: int | None,
     top_k: int = 0,
     temperature: float = 1.0,
+    feature_layers: Sequence[int] = (),
 ) -> Recording:
-    """Record the target on (id, prompt ids) pairs; `header` names the model, tokenizer and template."""
+    """Record the target on (id, prompt ids) pairs; `header` names the model, tokenizer and template.
+    feature_layers: also keep the target's input states at these decoder layers (a head's, `osd.spec.eagle3`)."""
     if target.config.is_encoder_decoder:
         raise ValueError("osd.analysis.record records decoder-only targets")
     if top_k < 0 or temperature <= 0:
@@ -84,6 +90,8 @@ def record_prompts(
             rec.topk_ids, rec.topk_logits, rec.logsumexp = output_topk(
                 target, prompt, output, top_k, temperature
             )
+        if feature_layers:
+            rec.features = target_features(target, feature_layers, torch.tensor(prompt + output)).cpu()
         records.append(rec)
     return Recording(
         {
@@ -96,6 +104,7 @@ def record_prompts(
             "eos_token_id": eos_token_id,
             "top_k": top_k,
             "temperature": temperature,
+            "feature_layers": list(feature_layers) or None,
         },
         records,
     )
@@ -106,15 +115,20 @@ def record_conversations(
     conversations: str | Path,
     limit: int | None = None,
     dtype: str = "auto",
+    features: bool = False,
     **kwargs,
 ) -> Recording:
-    """Load the target and its tokenizer and record the first `limit` records of a conversation file."""
+    """Load the target and its tokenizer and record the first `limit` records of a conversation file; with
+    `features`, the states an EAGLE-3 head built for the target reads (`eagle3_layers`)."""
     tokenizer: PreTrainedTokenizerBase = load_pretrained(AutoTokenizer, target_path)
     target = load_pretrained(AutoModelForCausalLM, target_path, dtype=dtype).eval()
     records = load_conversations(conversations)[:limit]
     prompts = [(prompt_id(r, i), encode_prompt(tokenizer, user_query(r))) for i, r in enumerate(records)]
     header = recording_header(target_path, tokenizer, os.path.abspath(conversations))
-    return record_prompts(target, prompts, header, eos_token_id=tokenizer.eos_token_id, **kwargs)
+    layers = eagle3_layers(target.config.num_hidden_layers) if features else ()
+    return record_prompts(
+        target, prompts, header, eos_token_id=tokenizer.eos_token_id, feature_layers=layers, **kwargs
+    )
 
 
 def recording_header(target_path: str | Path, tokenizer: PreTrainedTokenizerBase, source: str | list) -> dict:
@@ -149,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--temperature", type=positive_float, default=1.0, help="softmax temperature of the top-k alpha"
     )
     parser.add_argument(
+        "--features", action="store_true",
+        help="also keep the target's states an EAGLE-3 head reads, to simulate heads (large: see above)",
+    )  # fmt: skip
+    parser.add_argument(
         "--dtype",
         default="auto",
         choices=("auto", *SERVING_DTYPES),
@@ -167,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     recording = record_conversations(
         args.target, args.conversations, args.limit, args.dtype,
-        max_new_tokens=args.max_new_tokens, top_k=args.top_k, temperature=args.temperature,
+        features=args.features, max_new_tokens=args.max_new_tokens, top_k=args.top_k, temperature=args.temperature,
     )  # fmt: skip
     written = recording.save(args.output)
     tokens = sum(len(p.output_ids) for p in recording.prompts)

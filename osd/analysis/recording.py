@@ -5,9 +5,11 @@ On disk, a stem `rec` is two files:
 - `rec.jsonl`: a header line (`{"format": FORMAT, "model": ..., "tokenizer": {...},
   "prompt_template": ..., "max_new_tokens": ..., "top_k": ..., ...}`) then one line per prompt
   (`{"id", "prompt_ids", "output_ids", "ended": "eos" | "budget"}`);
-- `rec.safetensors` (only with top-k): per prompt i, `topk_ids.{i}` [N_i, k] int32,
+- `rec.safetensors` (only with top-k or features): per prompt i, with top-k `topk_ids.{i}` [N_i, k] int32,
   `topk_logits.{i}` [N_i, k] float32 and `logsumexp.{i}` [N_i] float32 (the log-normaliser of the
-  full softmax at the header's `temperature`), for the N_i output positions.
+  full softmax at the header's `temperature`), for the N_i output positions; with the header's
+  `feature_layers` (`record --features`), `features.{i}` [T_i + N_i - 1, K H] in the target's dtype: its input
+  states at those K layers at every position but the last, what an EAGLE-3 head reads (`osd.spec.eagle3`).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from transformers import PreTrainedTokenizerBase
 from osd.conversations import load_conversations
 from osd.datafiles import json_lines, read_text, write_text
 from osd.model_checks import SPECIAL_IDS
+from osd.paths import REPO_ROOT
 
 FORMAT = "osd-recording/1"
 
 
 HEADER_LIMIT = 1 << 20  # characters read of a file's first line to tell a recording header
-TENSORS = ("topk_ids", "topk_logits", "logsumexp")  # per prompt record i in the tensor file: `{name}.{i}`
+TOPK = ("topk_ids", "topk_logits", "logsumexp")  # per prompt record i in the tensor file: `{name}.{i}`
+FEATURES = "features"
 
 
 class RecordingError(ValueError):
@@ -68,6 +72,7 @@ class PromptRecord:
     topk_ids: torch.Tensor | None = field(default=None, repr=False)  # [N, k]
     topk_logits: torch.Tensor | None = field(default=None, repr=False)  # [N, k]
     logsumexp: torch.Tensor | None = field(default=None, repr=False)  # [N]
+    features: torch.Tensor | None = field(default=None, repr=False)  # [T + N - 1, K H]
 
 
 @dataclass
@@ -83,14 +88,23 @@ class Recording:
             for p in self.prompts
         ]
         write_text(jsonl, "".join(json.dumps(line) + "\n" for line in lines))
-        if not self.header.get("top_k"):
+        names = tensor_names(self.header)
+        if not names:
             return (jsonl,)
         arrays = {}
         for i, p in enumerate(self.prompts):
-            arrays |= {f"topk_ids.{i}": p.topk_ids.int(), f"topk_logits.{i}": p.topk_logits.float()}
-            arrays[f"logsumexp.{i}"] = p.logsumexp.float()
+            if self.header.get("top_k"):
+                arrays |= {f"topk_ids.{i}": p.topk_ids.int(), f"topk_logits.{i}": p.topk_logits.float()}
+                arrays[f"logsumexp.{i}"] = p.logsumexp.float()
+            if FEATURES in names:
+                arrays[f"{FEATURES}.{i}"] = p.features
         save_file({k: v.contiguous() for k, v in arrays.items()}, str(tensors))
         return jsonl, tensors
+
+
+def tensor_names(header: dict) -> tuple[str, ...]:
+    """The per-prompt tensors a recording with this header keeps (top-k's, the target's states)."""
+    return (TOPK if header.get("top_k") else ()) + ((FEATURES,) if header.get("feature_layers") else ())
 
 
 def paths(stem: str | Path) -> tuple[Path, Path]:
@@ -134,27 +148,27 @@ def load_recording(stem: str | Path) -> Recording:
         raise RecordingError(
             f"{jsonl}: a header and no prompt records; re-record it with prompts (--limit >= 1)"
         )
-    arrays = {}
-    if header.get("top_k"):
+    arrays, names = {}, tensor_names(header)
+    if names:
         if not tensors.is_file():
-            raise RecordingError(f"{jsonl}: its header says top_k={header['top_k']} but {tensors} is missing")
+            raise RecordingError(f"{jsonl}: its header asks for {', '.join(names)} but {tensors} is missing")
         try:
             arrays = load_file(str(tensors))
         except SafetensorError as e:
             raise RecordingError(
                 f"{tensors}: not a readable tensor file ({e}); the recording is torn: record it again"
             ) from None
-        if set(arrays) != {f"{k}.{i}" for i in range(len(rows)) for k in TENSORS}:
+        if set(arrays) != {f"{k}.{i}" for i in range(len(rows)) for k in names}:
             held = len({name.partition(".")[2] for name in arrays})
             raise RecordingError(
-                f"{tensors} holds the top-k tensors of {held} prompt records, {jsonl} {len(rows)}: the two files "
+                f"{tensors} holds the tensors of {held} prompt records, {jsonl} {len(rows)}: the two files "
                 "are not one recording (one is cut short, or from another run); record it again"
             )
         refuse_non_finite_tensors(arrays, tensors, [row.get("id") for row in rows])
     prompts = []
     for i, row in enumerate(rows):
         try:
-            prompts.append(PromptRecord(**row, **{k: arrays.get(f"{k}.{i}") for k in TENSORS}))
+            prompts.append(PromptRecord(**row, **{k: arrays.get(f"{k}.{i}") for k in names}))
         except TypeError as e:
             raise RecordingError(f"{jsonl}, line {i + 2}: not a prompt record ({e})") from e
     return Recording(header, prompts)
@@ -171,6 +185,11 @@ def refuse_non_finite_tensors(arrays: dict[str, torch.Tensor], tensors: Path, id
                 f"{tensors}: {name} (prompt {prompt}) holds {arrays[name][position].item()} at position "
                 f"{list(position)}; a recording holds finite values: record it again"
             )
+
+
+def recorded_model(recording: Recording) -> str:
+    """The recorded target: its folder (the header's path, relative to the repository root unless absolute)."""
+    return str(REPO_ROOT / recording.header["model"])
 
 
 def check_token_ids(recording: Recording, rows: int, model: str) -> None:

@@ -1,7 +1,11 @@
 """A recording of the target as the online loop's server: each query is served by greedy speculative
 decoding *simulated* against the target's recorded output (`osd.analysis.simulate`: exactly the
 engine's acceptance), so only the draft runs. The buffer keeps the target's recorded top-K at the loss
-positions, and the update's loss is a soft cross-entropy against it (`osd.distill.teacher_topk`)."""
+positions, and the update's loss is a soft cross-entropy against it (`osd.distill.teacher_topk`).
+
+An EAGLE-3 head (`embed`: the target's input embedding) serves from a recording with the target's states
+(`record --features`); its buffer keeps a `FeatureQuery` whose target logits are the recorded top-K with the rest
+of the probability spread evenly over the other ids (`topk_log_probs`), and its rejected proposals."""
 
 from __future__ import annotations
 
@@ -11,14 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from osd.analysis.recording import PromptRecord, Recording
 from osd.analysis.simulate import Iteration, replay_greedy
 from osd.distill.lm_training import IGNORE, Example
 from osd.distill.teacher_topk import TopK, topk_distillation
+from osd.online.buffer import stored_logits
+from osd.online.head_loss import FeatureQuery
 from osd.online.loop import DraftFor, Query, Served, in_turns
 from osd.online.records import QueryStats
 from osd.online.updater import DraftUpdater
+from osd.spec.eagle3 import Eagle3Head
 
 
 def wrong_positions(iterations: list[Iteration]) -> list[int]:
@@ -54,6 +62,34 @@ def topk_query(rec: PromptRecord, positions: list[int]) -> TopKQuery:
     return TopKQuery((ids, labels), TopK(rec.topk_ids[at], logp.to(torch.float16)))
 
 
+def topk_log_probs(rec: PromptRecord, at: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The target's log-probabilities [W, V] at output positions `at` [W]: its recorded top-K, and the mass they
+    leave spread evenly over the other V - K ids (finite everywhere, so a divergence on any sub-vocabulary is)."""
+    top = rec.topk_logits[at] - rec.logsumexp[at, None]  # [W, K]
+    rest = (1 - top.exp().sum(-1)).clamp(min=1e-12) / (vocab - top.shape[-1])  # [W]
+    dense = rest.log()[:, None].repeat(1, vocab)  # [W, V]
+    return dense.scatter_(1, rec.topk_ids[at].long(), top)
+
+
+def replayed_feature_query(
+    rec: PromptRecord, positions: list[int], iterations: list[Iteration], vocab: int
+) -> FeatureQuery:
+    """A head's buffered query (`osd.online.head_loss`) from a replayed one: loss at `positions` of its output, and
+    the proposals the target rejected in `iterations`."""
+    T = len(rec.prompt_ids)
+    at = torch.tensor([p for p in positions if T + p >= 2], dtype=torch.long)  # no head entry predicts 0 or 1
+    rejected = [
+        [T + it.matched_so_far - 1, it.accepted, it.rejected] for it in iterations if it.rejected is not None
+    ]
+    return FeatureQuery(
+        tokens=torch.tensor(rec.prompt_ids + rec.output_ids),
+        features=rec.features,
+        positions=T + at,
+        target_logits=stored_logits(topk_log_probs(rec, at, vocab)),
+        rejected=torch.tensor(rejected, dtype=torch.long).view(-1, 3),
+    )
+
+
 def topk_loss(
     draft: Any, buffer: list[TopKQuery], backward: Callable[[torch.Tensor], None]
 ) -> torch.Tensor | None:
@@ -73,6 +109,7 @@ class ReplayServer:
     recording: Recording
     gamma: int
     vocab: int  # the shared vocabulary size (osd.analysis.simulate.check_draft)
+    embed: nn.Module | None = None  # the target's input embedding, which a head reads
 
     def __post_init__(self) -> None:
         eos = self.recording.header["eos_token_id"]
@@ -96,7 +133,7 @@ class ReplayServer:
     def _serve(self, query: Query, draft: Any) -> Served:
         rec: PromptRecord = query.source
         start = time.perf_counter()
-        sim = replay_greedy(draft, rec, self.gamma, len(rec.output_ids), self.eos, self.vocab)
+        sim = replay_greedy(draft, rec, self.gamma, len(rec.output_ids), self.eos, self.vocab, self.embed)
         wrong = wrong_positions(sim.iterations)
         self.wrong.append(len(wrong))
         stats = QueryStats(
@@ -105,8 +142,13 @@ class ReplayServer:
             len(sim.generated_ids), time.perf_counter() - start,
         )  # fmt: skip
 
-        def keep(loss_positions: str) -> TopKQuery:
-            return topk_query(rec, wrong if loss_positions == "wrong" else list(range(len(rec.output_ids))))
+        def keep(loss_positions: str) -> TopKQuery | FeatureQuery:
+            positions = wrong if loss_positions == "wrong" else list(range(len(rec.output_ids)))
+            if isinstance(draft, Eagle3Head):
+                return replayed_feature_query(
+                    rec, positions, sim.iterations, self.recording.header["vocab_rows"]
+                )
+            return topk_query(rec, positions)
 
         return Served(query.route, stats, keep)
 

@@ -2,6 +2,14 @@ r"""Replay speculative decoding of a recorded target with a draft, without loadi
 
     python -m osd.analysis.simulate --recording outputs/analysis/tiny_sql \
         --draft osd/demo/models/tiny/draft --max_propose_num 4 --output outputs/analysis/tiny_sql_draft
+    python -m osd.analysis.simulate --recording outputs/analysis/tiny_sql_features --head_path HEAD \
+        --tokenizer osd/demo/models/tiny/teacher --max_propose_num 4 --output outputs/analysis/tiny_sql_head
+
+An EAGLE-3 head (`--head_path`, `osd.spec.eagle3`) drafts from a recording made with `record --features`: it reads the
+recorded target states of each position once the position is committed, as the engine hands it the states its
+verification computed, and proposes nothing before the first (the prompt's prefill); of the target it needs only the
+input embedding (`--target`, default the recording's model). Its acceptance is greedy only (no top-k bounds: a
+head's q depends on its place in the draft chain).
 
 Greedy acceptance is decided exactly as `SpeculativeDecoder.generate` decides it at temperature 0:
 each iteration the draft proposes k = min(gamma, remaining - 1) tokens after the committed prefix
@@ -36,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from osd.alpha import pooled_alpha
@@ -48,6 +57,7 @@ from osd.analysis.recording import (
     identity_difference,
     load_recording,
     paths,
+    recorded_model,
     tokenizer_identity,
 )
 from osd.datafiles import refuse_overwrite
@@ -57,8 +67,11 @@ from osd.paths import repo_relative
 from osd.spec.cached_model import CachedModel
 from osd.spec.decoder import MAX_VOCAB_PADDING, context_limit
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.drafter import DraftCache, Drafter
+from osd.spec.eagle3 import Eagle3Head, load_head
 from osd.spec.gamma import DEFAULT as GAMMA_DEFAULT
 from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag, parse_gamma
+from osd.spec.head_cache import HeadSequence
 from osd.spec.sampling import greedy
 from osd.user_errors import positive_int, run_main
 
@@ -70,6 +83,7 @@ class Iteration:
     counted: int  # positions alpha counts: min(n + 1, k)
     alpha_sum: float  # accepted positions among the counted ones (greedy: point masses)
     matched_so_far: int  # tokens committed in this prompt after the iteration (DSD's number)
+    rejected: int | None = None  # the proposal the target rejected (n < k), else None
 
 
 @dataclass
@@ -96,15 +110,22 @@ def simulated_alpha(results: Iterable[PromptSimulation]) -> float | None:
     return pooled_alpha(sum(it.alpha_sum for it in iterations), sum(it.counted for it in iterations))
 
 
-def check_draft(recording: Recording, draft: PreTrainedModel, draft_tokenizer: dict, source: str) -> int:
-    """Raise unless the draft shares the recording's tokenizer; returns the shared vocabulary size."""
+def check_draft(recording: Recording, draft: Drafter, draft_tokenizer: dict, source: str) -> int:
+    """Raise unless the draft shares the recording's tokenizer (and a head finds the states it reads); returns the
+    shared vocabulary size."""
     difference = identity_difference(recording.header["tokenizer"], draft_tokenizer)
     if difference:
         raise RecordingError(
             f"recording {source} was made with tokenizer {recording.header['tokenizer']['name']}, the draft's "
             f"{draft_tokenizer['name']} differs ({difference}); use a draft with the target's tokenizer or re-record"
         )
-    rows = draft.get_output_embeddings().weight.shape[0]
+    head = isinstance(draft, Eagle3Head)
+    rows = draft.config.vocab_size if head else draft.get_output_embeddings().weight.shape[0]
+    if head and recording.header.get("feature_layers") != list(draft.target_layers):
+        raise RecordingError(
+            f"recording {source} keeps the target's states at layers {recording.header.get('feature_layers')}, the "
+            f"head reads {list(draft.target_layers)}: record with `osd.analysis.record --features` for this head"
+        )
     if abs(rows - recording.header["vocab_rows"]) > MAX_VOCAB_PADDING:
         raise RecordingError(
             f"the draft's vocabulary has {rows} rows, the target recorded in {source} "
@@ -115,14 +136,24 @@ def check_draft(recording: Recording, draft: PreTrainedModel, draft_tokenizer: d
 
 @torch.inference_mode()
 def replay_greedy(
-    draft: PreTrainedModel, rec: PromptRecord, gamma: int, budget: int, eos: set[int], vocab: int
+    draft: Drafter,
+    rec: PromptRecord,
+    gamma: int,
+    budget: int,
+    eos: set[int],
+    vocab: int,
+    embed: nn.Module | None = None,
 ) -> PromptSimulation:
-    """One prompt's greedy speculative decoding against its recorded target output."""
+    """One prompt's greedy speculative decoding against its recorded target output; a head (`embed`: the target's
+    input embedding) reads the recorded target states (module docstring)."""
     truth = rec.output_ids + [-1] * (gamma + 1)  # past the recorded EOS: never matched, never kept
-    state, tokens, iterations = CachedModel(draft, None), list(rec.prompt_ids), []
-    generated = 0
+    head = isinstance(draft, Eagle3Head)
+    state = HeadSequence(draft, embed) if head else CachedModel(draft, None)
+    tokens, iterations = list(rec.prompt_ids), []
+    generated = read = 0  # read: positions whose target states the head has (all committed ones but the last)
     while generated < budget:
-        k = min(gamma, budget - generated - 1)
+        # a head drafts from the target's states: none before the prompt's prefill (the first iteration)
+        k = 0 if head and not iterations else min(gamma, budget - generated - 1)
         proposed = propose(state, tokens, k, vocab)
         k = next((i + 1 for i, t in enumerate(proposed) if t in eos), k)
         matches = [a == b for a, b in zip(proposed[:k], truth[generated : generated + k], strict=True)]
@@ -131,8 +162,12 @@ def replay_greedy(
         emitted = truth[generated : generated + n + 1]
         state.crop(min(len(tokens) + n, len(state)))
         tokens += emitted
+        if head:  # the states the verification computed at the tokens it committed
+            state.add_features(rec.features[None, read : len(tokens) - 1].to(draft.device))
+            read = len(tokens) - 1
         generated += n + 1
-        iterations.append(Iteration(k, n, counted, float(sum(matches[:counted])), generated))
+        rejected = proposed[n] if n < k else None
+        iterations.append(Iteration(k, n, counted, float(sum(matches[:counted])), generated, rejected))
         if eos.intersection(emitted):
             break
     out = tokens[len(rec.prompt_ids) :]
@@ -140,7 +175,7 @@ def replay_greedy(
     return PromptSimulation(rec.id, iterations, out[:cut])
 
 
-def propose(state: CachedModel, tokens: list[int], k: int, vocab: int) -> list[int]:
+def propose(state: DraftCache, tokens: list[int], k: int, vocab: int) -> list[int]:
     """The draft's k greedy tokens after `tokens` (its cache holds a prefix of them)."""
     feed = torch.tensor([tokens[len(state) :]], device=state.device)  # [1, tokens the draft has not seen]
     proposed = []
@@ -172,10 +207,14 @@ def simulate(
     gamma: int = GAMMA_DEFAULT,
     max_new_tokens: int | None = None,
     source: str = "(in memory)",
+    embed: nn.Module | None = None,
 ) -> list[PromptSimulation]:
-    """Replay every prompt of `recording` with `draft` (greedy; top-k alpha where recorded)."""
+    """Replay every prompt of `recording` with `draft` (greedy; top-k alpha where recorded, for a draft model), a
+    draft model or a head (`embed`: the target's input embedding, which a head reads)."""
     gamma = parse_gamma(gamma, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     vocab = check_draft(recording, draft, draft_tokenizer, source)
+    if isinstance(draft, Eagle3Head) and embed is None:
+        raise ValueError("a head reads the target's input embedding: pass embed (`target_embedding`)")
     header = recording.header
     max_new = header["max_new_tokens"] if max_new_tokens is None else max_new_tokens
     limits = [x for x in (context_limit(draft.config), header["context_limit"]) if x is not None]
@@ -188,8 +227,8 @@ def simulate(
                 f"recording {source}, prompt {rec.id}: {len(rec.output_ids)} target tokens recorded, {budget} "
                 f"needed; lower --max_new_tokens to {len(rec.output_ids)} or record with a larger one"
             )
-        result = replay_greedy(draft, rec, gamma, budget, eos, vocab)
-        if rec.topk_ids is not None:
+        result = replay_greedy(draft, rec, gamma, budget, eos, vocab, embed)
+        if rec.topk_ids is not None and not isinstance(draft, Eagle3Head):
             bounds = alpha_topk(draft, rec, header["temperature"], vocab)  # [N, 2]
             result.alpha_topk, result.num_positions = tuple(bounds.mean(0).tolist()), len(bounds)
         results.append(result)
@@ -228,6 +267,29 @@ def topk_summary(results: Sequence[PromptSimulation]) -> dict | None:
     return {"lower": lower, "upper": upper, "per_prompt": {r.id: list(r.alpha_topk) for r in with_topk}}
 
 
+def load_drafter(args: argparse.Namespace, recording: Recording) -> tuple[Drafter, nn.Module | None, dict]:
+    """--draft's model, or --head_path's head and the target's input embedding it reads; and the tokenizer's identity."""
+    path = args.draft or args.head_path
+    tokenizer = load_pretrained(
+        AutoTokenizer, args.tokenizer or path, "name the target's tokenizer with --tokenizer"
+    )
+    if args.draft:
+        draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=args.dtype).eval())
+        check_token_ids(recording, draft.get_input_embeddings().num_embeddings, f"draft {args.draft}")
+        return draft, None, tokenizer_identity(tokenizer)
+    head = load_head(args.head_path)
+    head = head if args.dtype == "auto" else head.to(getattr(torch, args.dtype))
+    check_token_ids(recording, head.config.vocab_size, f"head {args.head_path}")
+    return head, target_embedding(args.target or recorded_model(recording)), tokenizer_identity(tokenizer)
+
+
+def target_embedding(path: str | Path) -> nn.Module:
+    """The input embedding of the target at `path`, which a head reads (the rest of the target is dropped)."""
+    return load_pretrained(
+        AutoModelForCausalLM, path, "name the head's target with --target"
+    ).get_input_embeddings()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -235,8 +297,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--recording", required=True, help="recording stem (or its .jsonl) from osd.analysis.record"
     )
-    parser.add_argument("--draft", required=True, help="draft model folder or hub id")
+    drafter = parser.add_mutually_exclusive_group(required=True)
+    drafter.add_argument("--draft", help="draft model folder or hub id")
+    drafter.add_argument(
+        "--head_path", help="EAGLE-3 head folder (osd.spec.eagle3.save_head); needs record --features"
+    )
     parser.add_argument("--tokenizer", default=None, help="the draft's tokenizer when its folder has none")
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="--head_path: the target whose input embedding it reads (default: the recording's)",
+    )
     add_gamma_flag(parser, GAMMA_DEFAULT, plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
     parser.add_argument("--max_new_tokens", type=positive_int, default=None, help="default: the recording's")
     parser.add_argument(
@@ -254,19 +325,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             zip(("--output", "--output (text)", "--output (summary)"), output_files(args.output), strict=True)
         ),
         dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
-        | {"--draft": args.draft, "--tokenizer": args.tokenizer},
+        | {"--draft": args.draft, "--head_path": args.head_path, "--tokenizer": args.tokenizer},
     )
     recording = load_recording(args.recording)
-    tokenizer = load_pretrained(
-        AutoTokenizer, args.tokenizer or args.draft, "name the target's tokenizer with --tokenizer"
-    )
-    draft = apply_draft_vocab(load_pretrained(AutoModelForCausalLM, args.draft, dtype=args.dtype).eval())
-    check_token_ids(recording, draft.get_input_embeddings().num_embeddings, f"draft {args.draft}")
-    results = simulate(
-        recording, draft, tokenizer_identity(tokenizer), args.gamma, args.max_new_tokens, args.recording
-    )
+    draft, embed, tokenizer = load_drafter(args, recording)
+    results = simulate(recording, draft, tokenizer, args.gamma, args.max_new_tokens, args.recording, embed)
     meta = {"command": "python -m osd.analysis.simulate " + " ".join(sys.argv[1:] if argv is None else argv)}
-    meta |= {"recording": os.path.abspath(args.recording), "draft": os.path.abspath(args.draft)}
+    meta |= {
+        "recording": os.path.abspath(args.recording),
+        "draft": os.path.abspath(args.draft or args.head_path),
+    }
     written = write_outputs(results, args.output, meta)
     print(format_report(summarize(json.loads(line) for line in written[0].read_text().splitlines())))
     if (topk := topk_summary(results)) is not None:

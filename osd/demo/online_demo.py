@@ -3,6 +3,7 @@
     python -m osd.demo.online_demo
     python -m osd.demo.online_demo --per_domain 150 --ceiling none --output_dir outputs/online_demo_long
     python -m osd.demo.online_demo --device cuda       # on a GPU: the target (bf16), the draft and its updates there
+    python -m osd.demo.online_demo --drafter head --head_path HEAD --output_dir outputs/online_demo_head
 
 A stream of local-workload queries shifts abruptly from one domain to the next (--per_domain each, in
 --domains order). `osd.train --mode online`'s trainer serves it through the one online loop
@@ -26,6 +27,7 @@ run (offline without an API key) for `python -m osd.dashboard`.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import random
@@ -50,12 +52,13 @@ from osd.distill.experiment import build_trainer
 from osd.distill.run_dir import LOCK_FILE, lock_run_dir
 from osd.distill.subvocab import has_tied_draft_vocab
 from osd.model_checks import check_same_tokenizer
-from osd.models import load_model, load_tokenizer
+from osd.models import load_head_drafter, load_model, load_tokenizer
 from osd.online.config import OnlineArguments, add_online_flags, online_arguments
 from osd.online.records import tail_length
 from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.drafter import Drafter
 from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.serving_choice import AUTO, DTYPES, LAYOUTS, available_layouts, measure_and_choose
 from osd.spec.timing import machine
@@ -130,6 +133,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def load_drafts(args: argparse.Namespace, online: OnlineArguments, tokenizer) -> tuple[Drafter, Drafter]:
+    """(the drafter that learns, in float32; an untouched copy in --draft_serving_dtype, which serves Standard SD):
+    the draft model, or with --drafter head an EAGLE-3 head over the target (--head_path, or a fresh one)."""
+    dtype = online.draft_serving_dtype or "float32"
+    if online.drafter == "head":
+        head = load_head_drafter(load_model(args.target, None, None), online.head_path)
+        return head, copy.deepcopy(head).to(getattr(torch, dtype)).eval()
+    check_same_tokenizer(args.draft, args.target, tokenizer)
+    return load_model(args.draft, "float32", None), load_model(args.draft, dtype, None).eval()
+
+
 def main(argv: list[str] | None = None) -> dict:
     """The main job in --output_dir, which it holds locked while it runs (a second run there is refused)."""
     args = parse_args(argv)
@@ -152,10 +166,8 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     save_conversations(stream, out / "stream.json")
 
     tokenizer = load_tokenizer(args.target, None)
-    check_same_tokenizer(args.draft, args.target, tokenizer)
-    draft = load_model(args.draft, "float32", None)
-    draft_serving = online.draft_serving_dtype or "float32"
-    standard = load_model(args.draft, draft_serving, None).to(args.device).eval()  # the Trainer moves `draft`
+    draft, standard = load_drafts(args, online, tokenizer)
+    standard = standard.to(args.device)  # the Trainer moves `draft`
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
     prompt_tokens = sum(len(dataset[i]["prompt_ids"]) for i in range(len(dataset))) // len(dataset)
     choice, targets = measure_and_choose(
@@ -168,7 +180,8 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     if layout.dtype == "bfloat16" and layout.retype is not None:  # the drafts' bf16 serving copies alike
         for model in (draft, standard):
             layout.retype(model)
-    rows_only = args.draft_vocab_rows_only and not args.freeze_embeddings and has_tied_draft_vocab(draft)
+    rows_only = (online.drafter == "model" and args.draft_vocab_rows_only and not args.freeze_embeddings
+                 and has_tied_draft_vocab(draft))  # fmt: skip
     training_args = DistillTrainingArguments(
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
         learning_rate=args.learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0,
@@ -178,7 +191,8 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
         disable_tqdm=True, seed=0, **vars(online),
     )  # fmt: skip
     blocks = out / "drafts" if args.stream == "abrupt" else None
-    run_info = {"student_model_path": args.draft, "teacher_model_path": args.target,
+    run_info = {"student_model_path": args.draft if online.drafter == "model" else online.head_path,
+                "teacher_model_path": args.target,
                 "data_path": str(out.resolve() / "stream.json"),
                 "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}"}  # fmt: skip
     trainer = build_trainer(training_args, draft, teacher, tokenizer, dataset, run_info=repo_relative(run_info),
@@ -191,7 +205,8 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
     rows = report.tail_rows(stream, dataset, run.queries, decoder, baseline, tokenizer.eos_token_id, args)
     costs = report.machine_costs(standard, teacher, baseline, args.gamma, prompt_tokens, rows)
-    ceiling = report.recorded_ceiling(args.ceiling, stream, args)
+    drafts = online.drafter == "model"  # a recorded ceiling is the draft model's
+    ceiling = report.recorded_ceiling(args.ceiling, stream, args) if drafts else None
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
     name = TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name

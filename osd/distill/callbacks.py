@@ -18,6 +18,7 @@ from transformers.integrations import WandbCallback
 
 from osd.distill.config import DistillTrainingArguments
 from osd.metric_keys import QUERIES_SERVED, wandb_key
+from osd.spec.drafter import save_drafter
 
 logger = logging.getLogger(__name__)
 
@@ -256,7 +257,7 @@ class StreamProgress(TrainerCallback):
         self.bar.update(1)
         domain = self.due.get(state.global_step)
         if self.blocks is not None and domain is not None:
-            model.save_pretrained(self.blocks / domain)
+            save_drafter(model, self.blocks / domain)
             processing_class.save_pretrained(self.blocks / domain)
 
     def on_log(self, args, state, control, logs=None, **kwargs):

@@ -255,6 +255,12 @@ class DistillTrainingArguments(OnlineArguments, TrainingArguments):
             raise ValueError(
                 "--draft_vocab_size and --draft_vocab_counts go together (the size, and the file to pick from)"
             )
+        if self.drafter == "head" and (self.mode != "online" or self.draft_vocab_size or self.draft_vocab_rows_only
+                                       or self.freeze_embeddings):  # fmt: skip
+            raise ValueError(
+                "--drafter head learns online (--mode online) over its own draft vocabulary and no embedding of "
+                "its own: drop --draft_vocab_size, --draft_vocab_rows_only and --freeze_embeddings"
+            )
         if self.draft_vocab_rows_only and self.freeze_embeddings:
             raise ValueError(
                 "--draft_vocab_rows_only trains rows that --freeze_embeddings freezes: choose one"

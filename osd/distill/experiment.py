@@ -123,7 +123,7 @@ def run(
     setup_wandb(training_args.report_to)
     identity = run_identity(model_args, data_args, training_args)
     with open_run(model_args, data_args, training_args, identity) as plan:
-        tokenizer, student, teacher = load_models(model_args)
+        tokenizer, student, teacher = load_models(model_args, training_args)
         # the run's own float32 CPU target verifies a few tokens in about one step (opt-in: osd.spec.weight_major)
         use_weight_major_linears(teacher)
         dataset = dataset_loader(data_args, tokenizer, student, teacher, training_args.max_new_tokens)

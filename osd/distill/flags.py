@@ -132,7 +132,7 @@ def parse_train_args(argv: Sequence[str], extra: Sequence[type] = (), prog: str 
         )
     go_offline_if_unreachable(
         [
-            model_args.student_model_path,
+            model_args.student_model_path if training_args.drafter == "model" else training_args.head_path,
             model_args.teacher_model_path,
             data_args.data_path,
             data_args.eval_data_path,

@@ -158,3 +158,15 @@ def get_divergence(kl_method: str, jsd_beta: float = 0.5) -> Divergence:
         raise ValueError(f"--kl_method must be one of {sorted(DIVERGENCES)}, got {kl_method!r}")
     fn = DIVERGENCES[kl_method]
     return partial(jsd, beta=jsd_beta) if fn is jsd else fn
+
+
+def rejected_proposal_loss(
+    student_logits: torch.Tensor, rejected: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """-log(1 - Q(x)) per position, x the proposal the target rejected there: Aurora's use of rejected proposals
+    as implicit negative feedback (Wang et al. 2026, arXiv 2602.06932), which lowers Q(x) alone where a
+    divergence spreads the correction over V. student_logits [N, V], rejected ids [N] -> [N]; log(1 - Q(x)) is
+    the logsumexp of log Q over the other ids, so it stays finite as Q(x) -> 1."""
+    log_q = torch.log_softmax(student_logits.float() / temperature, dim=-1)
+    others = log_q.scatter(-1, rejected[:, None].to(log_q.device), -math.inf)  # [N, V]
+    return -torch.logsumexp(others, dim=-1)

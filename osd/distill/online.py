@@ -1,6 +1,9 @@
 """`OnlineDistillTrainer`: --mode online, HF Trainer driving the one online loop (`osd.online`).
 
-The train dataset is the query stream, read in order. Each Trainer step is one turn of the loop
+The train dataset is the query stream, read in order. The model is the drafter (--drafter): a draft model, or an
+EAGLE-3 head (`osd.spec.eagle3`) distilled by `osd.online.head_loss` from the target's states and logits kept at
+verification; a head's folders (the run's and its checkpoints') are in the speculators format (`save_head`).
+Each Trainer step is one turn of the loop
 (`OnlineLoop.step`) for --per_device_train_batch_size queries (the paper's setting is 1): serve them
 with the osd engine (`osd.online.engine_server`), record their acceptance, buffer them, and update
 the draft when its buffer is due (`osd.online.updater`) with Trainer's optimizer, on Trainer's
@@ -36,9 +39,11 @@ from osd.conversations import GROUP_FIELDS
 from osd.distill.trainer import DistillTrainer
 from osd.online.buffer import distillation_loss
 from osd.online.engine_server import EngineServer
+from osd.online.head_loss import head_distillation_loss
 from osd.online.loop import SHARED_DRAFT, OnlineLoop, Query
 from osd.online.records import OnlineState
 from osd.online.updater import DraftUpdater
+from osd.spec.eagle3 import Eagle3Head, load_head, save_head
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +87,9 @@ class OnlineDistillTrainer(DistillTrainer):
                 a.num_train_epochs,
                 a.num_train_epochs,
             )
+        if (a.drafter == "head") != isinstance(self.accelerator.unwrap_model(self.model), Eagle3Head):
+            kind = "an Eagle3Head (osd.models.load_head_drafter)" if a.drafter == "head" else "a draft model"
+            raise ValueError(f"--drafter {a.drafter} trains {kind}, got {type(self.model).__name__}")
         self.buffer_dtype = buffer_dtype
         self.loop: OnlineLoop | None = None
         self._restored: tuple[OnlineState, dict] | None = None
@@ -131,7 +139,13 @@ class OnlineDistillTrainer(DistillTrainer):
         return self.loop
 
     def _loss(self, draft: nn.Module, buffer: list, backward) -> torch.Tensor | None:
-        return distillation_loss(draft, buffer, self.divergence, self.args.distill_temperature, backward)
+        a = self.args
+        if isinstance(draft, Eagle3Head):
+            return head_distillation_loss(
+                draft, buffer, backward, embed=self.teacher_model.get_input_embeddings(), divergence=self.divergence,
+                temperature=a.distill_temperature, rejected_weight=a.online_rejected_weight,
+            )  # fmt: skip
+        return distillation_loss(draft, buffer, self.divergence, a.distill_temperature, backward)
 
     def _optimizer_step(self) -> None:
         """Clip (--max_grad_norm), step and clear the grads, as Trainer's step does (the scheduler stays)."""
@@ -166,6 +180,22 @@ class OnlineDistillTrainer(DistillTrainer):
         return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
 
     # ---- checkpoint and resume ---------------------------------------------------------------
+
+    # private, but where Trainer writes a model folder (save_model and every checkpoint): it writes a bare state dict
+    # for a model that is not a PreTrainedModel, which a head's save then replaces
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        super()._save(output_dir, state_dict)
+        head = self.accelerator.unwrap_model(self.model)
+        if isinstance(head, Eagle3Head) and self.args.should_save:
+            save_head(head, output_dir or self.args.output_dir, self.teacher_model, self.args.max_propose_num)
+
+    # private, but where Trainer reads a checkpoint's weights: a head's folder is read as `load_head` reads it (a
+    # full-vocabulary head is saved without its mapping, which Trainer would take for missing weights)
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        head = self.accelerator.unwrap_model(model or self.model)
+        if not isinstance(head, Eagle3Head):
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        head.load_state_dict(load_head(resume_from_checkpoint).state_dict())
 
     def _save_run_state(self, folder: Path) -> None:
         super()._save_run_state(folder)

@@ -177,6 +177,10 @@ def run_routed(
     routing: RoutingArguments,
 ) -> None:
     """`main` from typed arguments: one online draft per --route_by value, trained into --output_dir."""
+    if args.drafter != "model":
+        raise ValueError(
+            "osd.distill.routing routes draft models; an EAGLE-3 head learns in osd.train --mode online"
+        )
     setup_wandb(args.report_to)
     args.mode, args.eval_on_start, args.eval_strategy = "online", False, "no"
     identity = run_identity(model_args, data_args, args, route_by=routing.route_by, routes=routing.routes)

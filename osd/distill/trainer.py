@@ -58,6 +58,7 @@ from osd.metric_keys import group_alphas
 from osd.model_checks import check_vocabularies
 from osd.spec import AcceptanceStats, GammaPolicy, SpeculativeDecoder
 from osd.spec.draft_vocab import compact_logits, restrict_divergence
+from osd.spec.eagle3 import Eagle3Head
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +88,11 @@ class DistillTrainer(Trainer):
         super().__init__(model=model, args=args, **kwargs)
         self.run_identity = run_identity or {}  # recorded in every checkpoint (osd.distill.run_dir)
         check_vocabularies(model, teacher_model, self.processing_class)
-        # the student's head over --draft_vocab_size tokens (or the one it was saved with); losses on those
-        self.draft_vocab = student_draft_vocab(model, args, self.processing_class)
+        # the student's head over --draft_vocab_size tokens (or the one it was saved with); losses on those. An
+        # EAGLE-3 head's loss restricts itself to the head's own vocabulary (osd.online.head_loss).
+        self.draft_vocab = (
+            None if isinstance(model, Eagle3Head) else student_draft_vocab(model, args, self.processing_class)
+        )
         # both before Trainer builds its optimizer (over the trainable weights only)
         if args.freeze_embeddings:
             model.get_input_embeddings().requires_grad_(False)

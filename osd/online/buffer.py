@@ -1,4 +1,5 @@
-"""The online buffer: what the update keeps of each served query, and the loss it takes on it.
+"""The online buffer: what the update keeps of each served query, and the loss it takes on it (a draft model's
+here; a head's, and the `FeatureQuery` it keeps, in `osd.online.head_loss`).
 
 Symbols: T prompt length, N generated tokens, W loss positions of a query, V vocabulary.
 
@@ -11,7 +12,9 @@ model the decoder input is [start] + generated[:-1] and row i predicts generated
 Memory. Each buffered query keeps, on the CPU, its token ids and the target's logits at its W loss
 positions only, in float16 (clamped to +-6e4 so nothing overflows): 2*V bytes per loss position.
 `Buffers` holds at most --online_update_interval + --online_replay_queries queries per draft. The
-student's logits are recomputed at the update (they change between updates).
+student's logits are recomputed at the update (they change between updates). A head's query also keeps the
+target's states at every position, [T + N - 1, K H] in the target's dtype (K H = 3 * 576 for the demo target:
+3.5 KB a token in bfloat16).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.distill.losses import Divergence
+from osd.online.head_loss import FeatureQuery, chain_steps
 from osd.spec import SpecOutput
 from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.draft_vocab import compact_logits
@@ -50,17 +54,7 @@ def buffer_query(
     input_ids: torch.Tensor, out: SpecOutput, loss_positions: str, dtype: torch.dtype = torch.float16
 ) -> BufferedQuery:
     """Keep what the update needs from one served query; input_ids [1, T], out from the engine."""
-    if out.target_logits is None:
-        raise ValueError(
-            "the online buffer needs the target's logits: call generate(..., return_target_logits=True)"
-        )
-    num_generated = out.generated_ids.shape[1]
-    if loss_positions == "wrong":
-        positions = torch.tensor(out.wrong_positions, dtype=torch.long)
-    elif loss_positions == "all":
-        positions = torch.arange(num_generated)
-    else:
-        raise ValueError(f"--online_loss_positions must be 'wrong' or 'all', got {loss_positions!r}")
+    positions = generated_positions(out, loss_positions)
     rows = out.target_logits[positions.to(out.target_logits.device)]  # [W, V]
     return BufferedQuery(
         input_ids=input_ids[0].cpu(),
@@ -68,6 +62,44 @@ def buffer_query(
         positions=positions,
         target_logits=stored_logits(rows, dtype),
     )
+
+
+def feature_query(
+    input_ids: torch.Tensor, out: SpecOutput, loss_positions: str, dtype: torch.dtype = torch.float16
+) -> FeatureQuery:
+    """Keep what a head's update needs from one served query (`osd.online.head_loss`); input_ids [1, T], out from
+    the engine with a head drafting. Positions below 2 are dropped: no head entry predicts them."""
+    if out.target_features is None:
+        raise ValueError(
+            "a head's online buffer needs the target's states: serve with the head as the drafter and "
+            "generate(..., return_target_logits=True)"
+        )
+    generated = generated_positions(out, loss_positions)  # [W]
+    T = input_ids.shape[1]
+    generated = generated[T + generated >= 2]
+    steps = chain_steps(out.accepted_lengths, out.wrong_positions)
+    rejected = [[T + p, s, x] for p, s, x in zip(out.wrong_positions, steps, out.rejected_ids, strict=True)]
+    return FeatureQuery(
+        tokens=torch.cat([input_ids[0].cpu(), out.generated_ids[0].cpu()]),
+        # a copy: not the engine's inference-mode tensor, which the head's fc cannot save for backward
+        features=out.target_features.to("cpu", copy=True),
+        positions=T + generated,
+        target_logits=stored_logits(out.target_logits[generated.to(out.target_logits.device)], dtype),
+        rejected=torch.tensor(rejected, dtype=torch.long).view(-1, 3),
+    )
+
+
+def generated_positions(out: SpecOutput, loss_positions: str) -> torch.Tensor:
+    """Indices into generated_ids [W] where the loss counts: --online_loss_positions of the served query."""
+    if out.target_logits is None:
+        raise ValueError(
+            "the online buffer needs the target's logits: call generate(..., return_target_logits=True)"
+        )
+    if loss_positions == "wrong":
+        return torch.tensor(out.wrong_positions, dtype=torch.long)
+    if loss_positions == "all":
+        return torch.arange(out.generated_ids.shape[1])
+    raise ValueError(f"--online_loss_positions must be 'wrong' or 'all', got {loss_positions!r}")
 
 
 def stored_logits(rows: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
@@ -173,8 +205,12 @@ class Buffers:
         return {r: [asdict(q) for q in b] for r, b in self.queries.items()}
 
     def load_state_dict(self, saved: dict[str, list[dict]]) -> None:
-        """The buffers a checkpoint saved (the osd engine's queries: `BufferedQuery`)."""
-        self.queries = {r: [BufferedQuery(**q) for q in b] for r, b in saved.items()}
+        """The buffers a checkpoint saved (the osd engine's queries: a draft model's `BufferedQuery`, a head's
+        `FeatureQuery`)."""
+        self.queries = {
+            r: [FeatureQuery(**q) if "features" in q else BufferedQuery(**q) for q in b]
+            for r, b in saved.items()
+        }
 
 
 @dataclass

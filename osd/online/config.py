@@ -14,6 +14,12 @@ from osd.user_errors import refuse_non_finite
 
 LOSS_POSITIONS = ("wrong", "all")
 SERVING_DTYPES = ("float32", "bfloat16", "float16")
+DRAFTERS = ("model", "head")  # a separate draft model (the paper's), an EAGLE-3 head over the target's states
+CHOICES = {
+    "online_loss_positions": LOSS_POSITIONS,
+    "draft_serving_dtype": SERVING_DTYPES,
+    "drafter": DRAFTERS,
+}
 
 # the short names the drivers used, accepted as aliases of the full flags
 ALIASES = {
@@ -73,6 +79,29 @@ class OnlineArguments:
             "default: serve the draft itself."
         },
     )
+    drafter: str = field(
+        default="model",
+        metadata={
+            "help": f"{list(DRAFTERS)}: what drafts and learns online: the draft model (the paper's), or an EAGLE-3 "
+            "head over the target's hidden states (osd.spec.eagle3; --head_path), distilled from the states and "
+            "logits kept at verification."
+        },
+    )
+    head_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "--drafter head: the head to start from (a speculators-format folder, osd.spec.eagle3.save_head); "
+            "default: a fresh, randomly initialised head over the target's whole vocabulary (Aurora's day 0)."
+        },
+    )
+    online_rejected_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "--drafter head: also lower the head's probability of each proposal the target rejected, "
+            "-log(1 - q) with this weight (Aurora's negative feedback, osd.distill.losses.rejected_proposal_loss); "
+            "0: plain distillation on the target's tokens."
+        },
+    )
     online_background_update: bool = field(
         default=False,
         metadata={
@@ -92,14 +121,14 @@ class OnlineArguments:
 
 def check_online_arguments(a: OnlineArguments) -> None:
     """One-line errors naming the flag."""
-    if a.online_loss_positions not in LOSS_POSITIONS:
-        raise ValueError(
-            f"--online_loss_positions must be one of {list(LOSS_POSITIONS)}, got {a.online_loss_positions!r}"
-        )
-    if a.draft_serving_dtype is not None and a.draft_serving_dtype not in SERVING_DTYPES:
-        raise ValueError(
-            f"--draft_serving_dtype must be one of {list(SERVING_DTYPES)}, got {a.draft_serving_dtype!r}"
-        )
+    for name, choices in CHOICES.items():
+        value = getattr(a, name)
+        if value is not None and value not in choices:
+            raise ValueError(f"--{name} must be one of {list(choices)}, got {value!r}")
+    if a.drafter != "head" and (a.head_path is not None or a.online_rejected_weight):
+        raise ValueError("--head_path and --online_rejected_weight are for --drafter head")
+    if a.online_rejected_weight < 0:
+        raise ValueError(f"--online_rejected_weight must be >= 0, got {a.online_rejected_weight}")
     for name, minimum in (("online_update_interval", 0), ("online_replay_queries", 0), ("online_eval_interval", 1),
                           ("online_steps_per_update", 1), ("online_alpha_window", 1)):  # fmt: skip
         if getattr(a, name) < minimum:
@@ -122,12 +151,11 @@ def add_online_flags(parser: argparse.ArgumentParser, preset: OnlineArguments | 
             group.add_argument(
                 *names, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text
             )
-        elif f.name == "draft_serving_dtype":
-            group.add_argument(*names, dest=f.name, choices=SERVING_DTYPES, default=default, help=help_text)
-        elif f.name == "online_loss_positions":
-            group.add_argument(*names, dest=f.name, choices=LOSS_POSITIONS, default=default, help=help_text)
+        elif f.name in CHOICES:
+            group.add_argument(*names, dest=f.name, choices=CHOICES[f.name], default=default, help=help_text)
         else:
-            group.add_argument(*names, dest=f.name, type=int, default=default, help=help_text)
+            kind = {"int": int, "float": float}.get(f.type, str)  # the annotations are strings (__future__)
+            group.add_argument(*names, dest=f.name, type=kind, default=default, help=help_text)
 
 
 def online_arguments(namespace: argparse.Namespace, **overrides) -> OnlineArguments:

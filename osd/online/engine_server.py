@@ -1,5 +1,6 @@
 """The osd engine as the online loop's server: `SpeculativeDecoder.generate` for one query, `generate_batch`
-(left-padded) for several, keeping the target's logits from verification for the buffer."""
+(left-padded) for several, keeping the target's logits from verification for the buffer (and, when an EAGLE-3 head
+drafts, the target's states it read: its update's `FeatureQuery`, with no extra target forward)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.distill.data import pad
-from osd.online.buffer import buffer_query
+from osd.online.buffer import buffer_query, feature_query
 from osd.online.loop import DraftFor, Query, Served, in_turns
 from osd.online.records import QueryStats
 from osd.online.updater import DraftUpdater
 from osd.spec import SpecOutput, SpeculativeDecoder
 from osd.spec.adaptive import GammaPolicy
+from osd.spec.drafter import Drafter
 
 
 @dataclass
@@ -53,9 +55,7 @@ class EngineServer:
     def metrics(self) -> dict[str, Any]:
         return {}
 
-    def _generate(
-        self, draft: PreTrainedModel, prompts: list[list[int]], first_index: int
-    ) -> list[SpecOutput]:
+    def _generate(self, draft: Drafter, prompts: list[list[int]], first_index: int) -> list[SpecOutput]:
         generator = None
         if self.temperature > 0:
             generator = torch.Generator(draft.device).manual_seed(self.seed + first_index)
@@ -69,7 +69,8 @@ class EngineServer:
 
     def _keeper(self, query: Query, out: SpecOutput) -> Callable[[str], Any]:
         prompt = torch.tensor([query.prompt_ids])
-        return lambda positions: buffer_query(prompt, out, positions, self.buffer_dtype)
+        keep = buffer_query if out.target_features is None else feature_query  # a draft model's, a head's
+        return lambda positions: keep(prompt, out, positions, self.buffer_dtype)
 
 
 def stats_of(out: SpecOutput, groups: dict[str, str]) -> QueryStats:

@@ -78,6 +78,10 @@ class ServingArguments(OnlineArguments):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.drafter != "model":
+            raise ValueError(
+                "osd.serving drafts with a draft model: --drafter head runs in osd.train and the main job"
+            )
         checks = (
             ("kl_method", self.kl_method, sorted(DIVERGENCES)),
             ("teacher_dtype", self.teacher_dtype, VLLM_DTYPES),

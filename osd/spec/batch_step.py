@@ -100,7 +100,11 @@ def batch_step(
     # the target's states at the tokens each row committed: a head's next chain reads them
     if target.hidden_layers:
         accepted = torch.arange(k, device=n.device)[None, :] < n[:, None]  # [B, k]
-        draft.add_features(target.features, torch.cat([feed_mask.to(n.device).bool(), accepted], 1))
+        verified = torch.cat([feed_mask.to(n.device).bool(), accepted], 1)  # [B, u + k] of committed tokens
+        draft.add_features(target.features, verified)
+        verified = verified.to(target.features.device)
+        for row, features, kept in zip(rows, target.features, verified, strict=True):
+            row.keep_features(features[kept])
     stay = torch.tensor([i for i, done in enumerate(finished) if not done], dtype=torch.long)
     if len(stay):
         n = n.cpu()

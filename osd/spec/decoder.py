@@ -117,7 +117,9 @@ class SpeculativeDecoder:
         generator: torch.Generator | None = None,
         return_target_logits: bool = False,
     ) -> SpecOutput:
-        """Generate up to max_new_tokens after input_ids [1, T] (the encoder input for seq2seq models)."""
+        """Generate up to max_new_tokens after input_ids [1, T] (the encoder input for seq2seq models).
+        return_target_logits: keep the target's logits that produced each token (`SpecOutput.target_logits`) and,
+        when a head drafts, the target's states it read (`target_features`): what an online update trains on."""
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise ValueError(
                 f"SpeculativeDecoder.generate takes input_ids of shape [1, T], got {tuple(input_ids.shape)}"
@@ -285,7 +287,9 @@ class SpeculativeDecoder:
         draft.crop(min(L + n, len(draft)))
         target.crop(len(s.tokens) - 1)
         if self.head_layers:  # the head's next chain reads the target's states at the tokens just committed
-            draft.add_features(target.features[:, : verify_in.shape[1] - k + n])
+            committed = target.features[:, : verify_in.shape[1] - k + n]  # [1, u + n, K H]
+            draft.add_features(committed)
+            s.keep_features(committed[0])
         times.add(t0, t1, t2, t3, time.perf_counter())
         return emitted
 

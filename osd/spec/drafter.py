@@ -12,13 +12,14 @@ hands to the head's cache after each step (`osd.spec.head_cache`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 import torch
 from transformers import PreTrainedModel
 
 from osd.spec.batched import RowCache
-from osd.spec.eagle3 import Eagle3Head
+from osd.spec.eagle3 import Eagle3Head, save_head
 from osd.spec.head_cache import HeadRows, HeadSequence
 from osd.spec.llama_draft import draft_cache
 
@@ -62,3 +63,11 @@ def row_cache(
     if isinstance(drafter, Eagle3Head):
         return HeadRows.begin(drafter, target.get_input_embeddings(), input_ids.shape[0])
     return RowCache.start(drafter, input_ids, mask, lean=lean)
+
+
+def save_drafter(drafter: Drafter, path: str | Path) -> None:
+    """Write `drafter` as its kind loads: a draft model's `save_pretrained`, a head's speculators folder."""
+    if isinstance(drafter, Eagle3Head):
+        save_head(drafter, path)
+    else:
+        drafter.save_pretrained(path)

@@ -26,6 +26,10 @@ class SpecOutput:
     accept_time_s: float  # accept/reject and exact alpha
     cache_time_s: float  # committing tokens and cropping both KV caches
     wall_time_s: float
+    rejected_ids: list[int] = field(default_factory=list)  # the draft token rejected at each wrong position
+    # with return_target_logits and an EAGLE-3 head: the target's states at the head's layers at positions
+    # 0..T+N-2 of prompt + generated [T + N - 1, K H] (those verification computed; what a head's update reads)
+    target_features: torch.Tensor | None = None
 
     @property
     def alpha(self) -> float | None:
@@ -69,6 +73,8 @@ class SequenceRecord:
     accepted_lengths: list[int] = field(default_factory=list)
     wrong_positions: list[int] = field(default_factory=list)
     target_rows: list[torch.Tensor] = field(default_factory=list)
+    rejected_ids: list[int] = field(default_factory=list)
+    feature_rows: list[torch.Tensor] = field(default_factory=list)  # [m, K H] per step (keep_logits, a head)
     num_target_calls: int = 0
 
     @property
@@ -91,6 +97,7 @@ class SequenceRecord:
         emitted = drafted[:n] + [next_token]
         if n < k:
             self.wrong_positions.append(self.num_generated + n)
+            self.rejected_ids.append(drafted[n])
         self.accepted_lengths.append(n)
         self.alpha_sum += alpha
         self.num_proposed += counted
@@ -100,6 +107,12 @@ class SequenceRecord:
         self.tokens.extend(emitted)
         return emitted
 
+    def keep_features(self, features: torch.Tensor) -> None:
+        """The target's states [m, K H] at the m committed positions a verification just computed (kept with the
+        logits: the committed sequence's first len(tokens) - 1 positions in all)."""
+        if self.keep_logits:
+            self.feature_rows.append(features)
+
     def to_output(
         self, eos: set[int], times: StepTimes, wall_time: float, device: torch.device
     ) -> SpecOutput:
@@ -107,12 +120,15 @@ class SequenceRecord:
         # a step may commit tokens past an EOS that an accepted draft token already emitted
         cut = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
         logits = torch.cat(self.target_rows)[:cut] if self.keep_logits and self.target_rows else None
+        # the states that read the tokens before the last one kept
+        features = torch.cat(self.feature_rows)[: self.prompt_len + cut - 1] if self.feature_rows else None
+        wrong = [i for i, p in enumerate(self.wrong_positions) if p < cut]
         return SpecOutput(
             generated_ids=torch.tensor([generated[:cut]], dtype=torch.long, device=device),
             alpha_sum=self.alpha_sum,
             num_proposed=self.num_proposed,
             accepted_lengths=self.accepted_lengths,
-            wrong_positions=[p for p in self.wrong_positions if p < cut],
+            wrong_positions=[self.wrong_positions[i] for i in wrong],
             target_logits=logits,
             num_target_calls=self.num_target_calls,
             draft_time_s=times.draft,
@@ -120,4 +136,6 @@ class SequenceRecord:
             accept_time_s=times.accept,
             cache_time_s=times.cache,
             wall_time_s=wall_time,
+            rejected_ids=[self.rejected_ids[i] for i in wrong],
+            target_features=features,
         )

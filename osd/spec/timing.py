@@ -16,6 +16,8 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.spec.batched import RowCache
+from osd.spec.eagle3 import Eagle3Head
+from osd.spec.head_cache import HeadSequence
 from osd.spec.llama_draft import LlamaDraftCache, supports_lean_step
 
 
@@ -125,8 +127,10 @@ def draft_step_time(
 ) -> float:
     """Seconds for one draft step as the engine takes it: the lean step of `osd.spec.llama_draft` where it
     applies (B = 1 unpadded: `generate`'s cache; else the batched engine's, with `step_time`'s padding mask),
-    otherwise HF's forward (`step_time`). The model is timed as it is: install a saved sub-vocabulary head
-    first (`apply_draft_vocab`), as the engine does."""
+    an EAGLE-3 head's chain step (`head_step_time`), otherwise HF's forward (`step_time`). The model is timed as
+    it is: install a saved sub-vocabulary head first (`apply_draft_vocab`), as the engine does."""
+    if isinstance(model, Eagle3Head):
+        return head_step_time(model, context, reps, rounds)
     if not supports_lean_step(model):
         return step_time(model, context, reps=reps, rounds=rounds, batch=batch, padded=padded)
     ids = torch.randint(4, model.config.vocab_size, (batch, context + 1), device=model.device)  # [B, T + 1]
@@ -182,6 +186,21 @@ def pair_costs(
 
 
 ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "NUMBA_CPU_NAME")
+
+
+@torch.inference_mode()
+def head_step_time(head: Eagle3Head, context: int = 64, reps: int = 30, rounds: int = 5) -> float:
+    """Seconds for one step of an EAGLE-3 head's draft chain (it reads its own last state) after `context` entries
+    that read the target's states, as `generate` takes it. The token embedding is a stand-in table of the head's
+    width: a token's embedding is one row's lookup, whatever the table."""
+    H, dtype = head.config.hidden_size, head.fc.weight.dtype
+    chain = HeadSequence(head, torch.nn.Embedding(16, H).to(head.device, dtype))
+    chain.add_features(torch.randn(1, context, len(head.target_layers) * H, device=head.device, dtype=dtype))
+    ids = torch.randint(16, (1, context + 1), device=head.device)  # [1, T + 1]
+    chain.forward(ids[:, :context], 1)
+    return _best_median(
+        lambda: chain.forward(ids[:, context:], 1), lambda: chain.crop(context + 1), head.device, reps, rounds
+    )
 
 
 def machine(device: torch.device | str = "cpu") -> dict[str, object]:

@@ -29,7 +29,8 @@ from osd.datafiles import DataFileError
 from osd.distill.lm_training import IGNORE
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
 from osd.spec.draft_vocab import apply_draft_vocab
-from tests.tiny_models import RANDOM_TOKENIZER, draft_from_target, recorded_tiny_target
+from osd.spec.eagle3 import load_head, save_head
+from tests.tiny_models import RANDOM_TOKENIZER, distilled_head, draft_from_target, recorded_tiny_target
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +270,28 @@ def test_recordings_of_another_target_are_refused_naming_both(recorded_file):
     with pytest.raises(RecordingError, match="recordings a and b were made differently: temperature 1.0 vs 0.5; "
                        "tokenizer: eos_token_id .* vs 7"):  # fmt: skip
         check_same_target(recording, "a", other, "b")
+
+
+def test_a_head_replay_measures_plain_distillation_against_the_rejected_proposals_term(tmp_path):
+    """--drafter head on a recording of the target's states: one distilled head replayed on one stream with
+    --online_rejected_weight 0 (plain distillation) and 1 (Aurora's term). Standard SD is the same run in both; the
+    term changes the updates, so the online heads differ; both alphas are measured."""
+    stream = tmp_path / "stream.json"
+    stream.write_text(json.dumps(json.loads((WORKLOAD_DIR / "sql_eval.json").read_text())[:6]))
+    record.main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(stream), "--max_new_tokens", "12",
+                 "--top_k", "8", "--features", "--output", str(tmp_path / "rec")])  # fmt: skip
+    teacher = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
+    head = distilled_head(teacher, vocab_size=1024, steps=40)
+    save_head(head, tmp_path / "head")
+    flags = ["--recording", str(tmp_path / "rec"), "--stream", str(stream), "--drafter", "head", "--head_path",
+             str(tmp_path / "head"), "--gamma", "3", "--learning_rate", "3e-3", "--online_loss_positions", "all"]  # fmt: skip
+    results = {
+        weight: online_replay.main(
+            [*flags, "--online_rejected_weight", weight, "--save_draft", str(tmp_path / weight)]
+        )
+        for weight in ("0", "1")
+    }
+    assert results["0"]["standard"] == results["1"]["standard"] and 0 < results["0"]["standard"]["all"] < 1
+    plain, aurora = load_head(tmp_path / "0"), load_head(tmp_path / "1")
+    assert not torch.equal(plain.fc.weight, aurora.fc.weight)
+    assert all(0 <= results[w]["online"]["all"] <= 1 for w in results)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -16,7 +17,8 @@ from osd.analysis.simulate import main as simulate_main
 from osd.analysis.simulate import simulate
 from osd.paths import DRAFT_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.spec import SpeculativeDecoder
-from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, draft_from_target, tiny_model
+from osd.spec.eagle3 import Eagle3Head, save_head
+from tests.tiny_models import EOS, RANDOM_TOKENIZER, VOCAB, distilled_head, draft_from_target, tiny_model
 
 
 def live(draft, target, prompt: list[int], gamma: int, max_new_tokens: int, eos: int):
@@ -44,6 +46,50 @@ def assert_same_as_live(simulated, draft, target, recording, gamma: int) -> None
 def random_pair():
     target = tiny_model("llama", layers=2, seed=3)
     return draft_from_target(target, noise=0.6), target
+
+
+@pytest.fixture(scope="module")
+def head_pair():
+    target = tiny_model("llama", layers=4, seed=3)
+    return distilled_head(target, vocab_size=48, steps=30), target
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_a_head_simulated_from_a_recording_of_the_targets_states_equals_the_live_engine(
+    head_pair, gamma, tmp_path
+):
+    """record --features, saved and read back, then simulate with an EAGLE-3 head: the live engine's accepted
+    lengths, alpha and tokens, prompt by prompt."""
+    head, target = head_pair
+    gen = torch.Generator().manual_seed(gamma)
+    prompts = [(f"p{i}", torch.randint(3, VOCAB, (5 + 3 * i,), generator=gen).tolist()) for i in range(4)]
+    recording = record_prompts(target, prompts, {"tokenizer": RANDOM_TOKENIZER}, max_new_tokens=40,
+                               eos_token_id=EOS, feature_layers=head.target_layers)  # fmt: skip
+    recording.save(tmp_path / "rec")
+    recording = load_recording(tmp_path / "rec")
+    simulated = simulate(recording, head, RANDOM_TOKENIZER, gamma=gamma, embed=target.get_input_embeddings())
+    lengths = [
+        n for s in simulated for n in s.accepted_lengths[1:]
+    ]  # the first: the prefill, nothing proposed
+    assert 0 < sum(lengths) and min(lengths) < gamma  # some proposals accepted, some rejected: a real test
+    assert_same_as_live(simulated, head, target, recording, gamma)
+
+
+def test_simulate_runs_a_saved_head_on_the_command_line(tmp_path):
+    """record --features, then simulate --head_path with the recording's target's embedding (its model, by default)."""
+    record_main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(workload_path("sql", "eval")),
+                 "--limit", "2", "--max_new_tokens", "6", "--features", "--output", str(tmp_path / "rec")])  # fmt: skip
+    teacher = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
+    save_head(Eagle3Head.for_target(teacher), tmp_path / "head")
+    simulate_main(["--recording", str(tmp_path / "rec"), "--head_path", str(tmp_path / "head"), "--tokenizer",
+                   str(TINY_TEACHER_PATH), "--max_propose_num", "3", "--output", str(tmp_path / "sim")])  # fmt: skip
+    summary = json.loads((tmp_path / "sim.summary.json").read_text())
+    assert summary["draft"].endswith("head") and summary["alpha_topk"] is None
+    with pytest.raises(RecordingError, match="--features"):  # a recording without the states a head reads
+        record_main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(workload_path("sql", "eval")),
+                     "--limit", "1", "--max_new_tokens", "4", "--output", str(tmp_path / "plain")])  # fmt: skip
+        simulate_main(["--recording", str(tmp_path / "plain"), "--head_path", str(tmp_path / "head"), "--tokenizer",
+                       str(TINY_TEACHER_PATH), "--output", str(tmp_path / "sim2")])  # fmt: skip
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
@@ -152,9 +198,7 @@ def test_a_cut_short_recording_is_refused_naming_the_file(tmp_path, cut):
         message = f"{tensors}: topk_logits.1 (prompt sql_eval_1) holds nan at position [2, 3]"
     else:
         jsonl.write_text("".join(jsonl.read_text().splitlines(keepends=True)[:-1]))
-        message = (
-            f"{tensors} holds the top-k tensors of 2 prompt records, {jsonl} 1: the two files are not one"
-        )
+        message = f"{tensors} holds the tensors of 2 prompt records, {jsonl} 1: the two files are not one"
     with pytest.raises(RecordingError) as error:
         load_recording(stem)
     assert str(error.value).startswith(message)

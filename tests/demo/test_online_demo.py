@@ -13,6 +13,7 @@ from osd.demo.online_demo import main, parse_args
 from osd.demo.report import print_costs
 from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
+from osd.spec.eagle3 import load_head
 from osd.spec.serving_choice import available_layouts
 from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
 
@@ -60,6 +61,21 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     )
 
 
+def test_online_demo_with_a_head_serves_distils_and_saves_it(tmp_path):
+    """--drafter head on the tiny pair: a fresh EAGLE-3 head (its bf16 copy) serves every query and learns from it,
+    each domain's block and the final head are saved in the speculators format, and the report times the head."""
+    out = tmp_path / "demo"
+    summary = main(["--target", str(TINY_TEACHER_PATH), "--drafter", "head", "--dtype", "float32", "--domains", "sql",
+                    "code", "--per_domain", "2", "--tail", "1", "--max_new_tokens", "8", "--output_dir", str(out)])  # fmt: skip
+    assert summary["updates"] == 4 and summary["args"]["drafter"] == "head"
+    for row in summary["domains"]:
+        # greedy: the head's online SD, Standard SD and the target alone emit the same tokens
+        assert row["standard"]["sd_tokens"] == row["standard"]["target_tokens"] == row["online"]["tokens"]
+    assert summary["costs"]["c"] > 0  # a step of the head's chain, timed
+    for folder in (out / "draft", out / "drafts" / "sql", out / "drafts" / "code"):
+        assert load_head(folder).target_layers == (1, 2, 3)
+
+
 @pytest.mark.slow
 def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
     """--report_to wandb, offline: the run (read back from its own files) carries every group of the stream
@@ -68,7 +84,7 @@ def test_online_demo_logs_hierarchical_metrics_and_config_to_wandb(tmp_path):
     with offline_wandb(tmp_path):
         main(["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
               "--draft_dtype", "float32", "--domains", "sql", "code", "--per_domain", "2", "--tail", "1",
-              "--max_new_tokens", "6", "--output_dir", str(out), "--report_to", "wandb"])  # fmt: skip
+              "--max_new_tokens", "6", "--gamma", "3", "--output_dir", str(out), "--report_to", "wandb"])  # fmt: skip
     records = run_records(tmp_path)
     stream = load_conversations(out / "stream.json")
     rows = [row for row in history(records) if "train/alpha" in row]
@@ -94,7 +110,8 @@ def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp
     from osd.analysis import online_replay, record
 
     pair = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
-            "--draft_dtype", "float32", "--domains", "sql", "code", "--per_domain", "3", "--max_new_tokens", "6"]  # fmt: skip
+            "--draft_dtype", "float32", "--domains", "sql", "code", "--per_domain", "3", "--max_new_tokens", "6",
+            "--gamma", "3"]  # fmt: skip
     main(pair + ["--output_dir", str(tmp_path / "first"), "--ceiling", "none"])
     stream = tmp_path / "first" / "stream.json"
     record.main(["--target", str(TINY_TEACHER_PATH), "--conversations", str(stream), "--max_new_tokens", "6",

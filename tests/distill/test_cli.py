@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from distill_fixtures import build_tokenizer, cli_argv, llama, write_conversations
+import torch
+from distill_fixtures import build_tokenizer, cli_argv, llama, save_pair, write_conversations
 
 from osd.conversations import ConversationFormatError
 from osd.distill.callbacks import read_metrics
+from osd.spec.eagle3 import load_head
 from osd.train import main
 
 
@@ -91,6 +93,69 @@ def test_max_propose_num_auto_serves_and_evaluates(saved_pair, tmp_path):
     )
     entries = [m for m in read_metrics(tmp_path / "on") if "alpha_window" in m]
     assert [m["queries_served"] for m in entries] == [1, 2]
+
+
+@pytest.fixture
+def head_teacher(tmp_path) -> str:
+    """A saved 4-layer teacher with its tokenizer: an EAGLE-3 head reads three of its layers above the first."""
+    return save_pair(tmp_path, build=lambda layers, width, seed: llama(layers + 2, width, seed))[1]
+
+
+def head_argv(teacher: str, data: str, out, *extra: str) -> list[str]:
+    """osd.train --drafter head: a fresh head served and distilled online, an update every 2 queries."""
+    return cli_argv("(not read)", teacher, data, out, "--drafter", "head", "--mode", "online", "--online_eval_interval",
+                    "1", "--online_update_interval", "2", "--online_loss_positions", "all", "--online_rejected_weight",
+                    "0.5", "--num_train_epochs", "1", *extra, batch_size=1)  # fmt: skip
+
+
+def test_a_head_run_serves_distils_and_saves_the_head_in_the_speculators_format(head_teacher, tmp_path):
+    data = write_conversations(tmp_path / "d.json")
+    main(head_argv(head_teacher, data, tmp_path / "run", "--max_steps", "2"))
+    head = load_head(tmp_path / "run")  # the run's folder, as vLLM's eagle3 loader reads it
+    assert head.target_layers == (1, 2, 3)
+    metrics = read_metrics(tmp_path / "run")
+    assert [m["online_updates"] for m in metrics if "alpha_window" in m] == [0, 1]
+    assert [m["step"] for m in metrics if "eval_alpha" in m] == [0]  # Standard SD with the head
+
+
+@pytest.mark.slow
+def test_a_head_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_runs_weights(
+    head_teacher, tmp_path, monkeypatch
+):
+    """Killed while serving query 5 of 6: checkpoint-3 holds query 3 buffered (a FeatureQuery, rebuilt on resume),
+    and the resumed run ends with the weights and alpha of the run never killed."""
+    from osd.distill.online import OnlineDistillTrainer
+
+    data = write_conversations(tmp_path / "d.json")
+
+    def argv(out) -> list[str]:
+        return head_argv(head_teacher, data, out, "--save_steps", "3", "--eval_on_start", "False")
+
+    main(argv(tmp_path / "reference"))
+    serve = OnlineDistillTrainer.training_step
+
+    def killed_at_step_5(self, *args, **kwargs):
+        if self.state.global_step == 4:
+            raise KeyboardInterrupt
+        return serve(self, *args, **kwargs)
+
+    monkeypatch.setattr(OnlineDistillTrainer, "training_step", killed_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv(tmp_path / "run"))
+    monkeypatch.undo()
+    (buffered,) = torch.load(tmp_path / "run" / "checkpoint-3" / "online_buffer.pt", weights_only=True)[
+        "shared"
+    ]
+    assert "features" in buffered and not (tmp_path / "run" / "checkpoint-6").exists()
+    main([*argv(tmp_path / "run"), "--resume_from_checkpoint", "last"])
+    reference, resumed = load_head(tmp_path / "reference"), load_head(tmp_path / "run")
+    for name, value in reference.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[name], value, rtol=1e-5, atol=1e-6)
+    alphas = [
+        [m["alpha"] for m in read_metrics(tmp_path / out) if "alpha_window" in m]
+        for out in ("reference", "run")
+    ]
+    assert alphas[0] == alphas[1] and len(alphas[0]) == 6
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "2.5", "fast"])

@@ -4,7 +4,6 @@ training-time test against the engine's chain, save and load in the speculators 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from functools import partial
 
 import pytest
@@ -13,49 +12,26 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from osd.distill.losses import forward_kl
-from osd.online.head_loss import FeatureQuery, head_distillation_loss, target_features, ttt_logits
+from osd.online.head_loss import (
+    FeatureQuery,
+    chain_steps,
+    head_distillation_loss,
+    target_features,
+    ttt_logits,
+)
 from osd.paths import TINY_TEACHER_PATH
 from osd.spec import SpeculativeDecoder
-from osd.spec.draft_vocab import select_token_ids
 from osd.spec.eagle3 import Eagle3Head, eagle3_layers, load_head, save_head
 from osd.spec.head_cache import HeadSequence
 from tests.devices import DEVICES, on_device
 from tests.spec.references import hf_greedy, left_padded, marginal_second_token
-from tests.tiny_models import EOS, tiny_llama, tiny_model
+from tests.tiny_models import distilled_head, tiny_llama, tiny_model
 
 
 def random_prompts(vocab: int, lengths: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
     """One [1, n] prompt per length, ids from 3..vocab-1."""
     gen = torch.Generator().manual_seed(seed)
     return [torch.randint(3, vocab, (1, n), generator=gen) for n in lengths]
-
-
-def distilled_head(target, vocab_size: int, steps: int) -> Eagle3Head:
-    """A head over the `vocab_size` ids the target writes most, distilled for `steps` AdamW steps on 8 of the
-    target's sampled continuations (seconds): it agrees with the target sometimes, not always."""
-    vocab = target.get_input_embeddings().num_embeddings
-    torch.manual_seed(0)
-    sequences = [
-        target.generate(p, max_new_tokens=40, do_sample=True, top_k=0, pad_token_id=0)[0]
-        for p in random_prompts(vocab, (6,) * 8, seed=1)
-    ]
-    ids = select_token_ids(Counter(torch.cat(sequences).tolist()), vocab_size, always=[EOS])
-    head = Eagle3Head.for_target(target, ids)
-    queries = []
-    for tokens in sequences:
-        with torch.no_grad():
-            logits = target(tokens[None, :-1]).logits[0]  # row j predicts tokens[j + 1]
-        positions = torch.arange(2, len(tokens))
-        features = target_features(target, head.target_layers, tokens)
-        queries.append(FeatureQuery(tokens, features, positions, logits[positions - 1]))
-    loss = partial(head_distillation_loss, embed=target.get_input_embeddings(), divergence=forward_kl)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
-    head.train()
-    for step in range(steps):
-        loss(head, queries[step % 2 * 4 : step % 2 * 4 + 4], torch.Tensor.backward)
-        optimizer.step()
-        optimizer.zero_grad()
-    return head.eval()
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +76,43 @@ def test_greedy_output_equals_the_targets_and_batched_rows_the_single_rows(which
     assert 0.0 < sum(o.alpha_sum for o in outs) < sum(o.num_proposed for o in outs)
     steps = min(len(o.accepted_lengths) for o in outs)
     assert any(len({o.accepted_lengths[s] for o in outs}) > 1 for s in range(steps))
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_the_engine_keeps_the_verified_target_states_of_each_sequence(teacher, teacher_head, batched):
+    """With return_target_logits and a head drafting, each sequence's target_features are the target's states at
+    every committed position but the last, as one teacher-forced pass computes them (rows of different lengths,
+    left-padded in a batch: a row given another's states, or one position off, differs by far more than rounding)."""
+    prompts = random_prompts(3072, (3, 9, 6))
+    decoder = SpeculativeDecoder(teacher_head, teacher, gamma=3)
+    if batched:
+        outs = decoder.generate_batch(*left_padded(prompts), max_new_tokens=12, return_target_logits=True)
+    else:
+        outs = [decoder.generate(p, max_new_tokens=12, return_target_logits=True) for p in prompts]
+    for prompt, out in zip(prompts, outs, strict=True):
+        tokens = torch.cat([prompt[0], out.generated_ids[0]])
+        expected = target_features(teacher, teacher_head.target_layers, tokens)  # [T + N - 1, K H]
+        torch.testing.assert_close(out.target_features, expected, rtol=1e-4, atol=1e-4)
+    assert decoder.generate(prompts[0], max_new_tokens=12).target_features is None  # kept only when asked
+
+
+def test_each_rejected_proposal_is_the_heads_prediction_at_its_chain_step(teacher, teacher_head):
+    """Greedy: the token the target rejected at each wrong position p is the argmax of the training-time test's
+    step s = `chain_steps` at entry p - 2 - s (the entry `osd.online.head_loss` charges for it), and not the
+    committed token."""
+    prompt = random_prompts(3072, (6,), seed=4)[0]
+    out = SpeculativeDecoder(teacher_head, teacher, gamma=3).generate(prompt, max_new_tokens=30)
+    tokens = torch.cat([prompt[0], out.generated_ids[0]])
+    steps = chain_steps(out.accepted_lengths, out.wrong_positions)
+    assert len(out.rejected_ids) == len(out.wrong_positions) and 0 < max(
+        steps
+    )  # later chain steps rejected too
+    features = target_features(teacher, teacher_head.target_layers, tokens)
+    with torch.no_grad():
+        ttt = ttt_logits(teacher_head, teacher.get_input_embeddings(), tokens, features, max(steps) + 1)
+    for p, s, rejected in zip(out.wrong_positions, steps, out.rejected_ids, strict=True):
+        index = prompt.shape[1] + p  # into tokens
+        assert teacher_head.token_ids[ttt[s][index - 2 - s].argmax()] == rejected != tokens[index]
 
 
 def test_the_prefill_proposes_nothing_then_the_head_drafts():
