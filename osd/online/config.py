@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field, fields, replace
+from typing import get_type_hints
 
 from osd.user_errors import refuse_non_finite
 
@@ -143,18 +144,19 @@ def add_online_flags(parser: argparse.ArgumentParser, preset: OnlineArguments | 
     """The online flags on an argparse parser (with their aliases), defaulting to `preset`'s values."""
     preset = preset or OnlineArguments()
     group = parser.add_argument_group("online loop (the same flags as osd.train --mode online)")
+    hints = get_type_hints(OnlineArguments)  # not f.type: HfArgumentParser replaces those strings with types
     for f in fields(OnlineArguments):
         names = [f"--{f.name}"] + ([f"--{ALIASES[f.name]}"] if f.name in ALIASES else [])
         default = getattr(preset, f.name)
         help_text = f"{f.metadata['help']} (default: {default})"
-        if f.type == "bool" or isinstance(default, bool):
+        if hints[f.name] is bool:
             group.add_argument(
                 *names, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text
             )
         elif f.name in CHOICES:
             group.add_argument(*names, dest=f.name, choices=CHOICES[f.name], default=default, help=help_text)
         else:
-            kind = {"int": int, "float": float}.get(f.type, str)  # the annotations are strings (__future__)
+            kind = hints[f.name] if hints[f.name] in (int, float) else str
             group.add_argument(*names, dest=f.name, type=kind, default=default, help=help_text)
 
 

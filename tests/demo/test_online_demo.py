@@ -146,8 +146,24 @@ def test_block_drafts_are_the_draft_as_it_stood_after_each_domain(tmp_path):
     last block's draft is the final draft."""
     from safetensors.torch import load_file
 
-    pair = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
-            "--draft_dtype", "float32", "--per_domain", "3", "--max_new_tokens", "6", "--ceiling", "none"]  # fmt: skip
+    pair = [
+        "--target",
+        str(TINY_TEACHER_PATH),
+        "--draft",
+        str(TINY_DRAFT_PATH),
+        "--dtype",
+        "float32",
+        "--draft_dtype",
+        "float32",
+        "--per_domain",
+        "3",
+        "--max_new_tokens",
+        "6",
+        "--ceiling",
+        "none",
+        "--gamma",
+        "3",
+    ]  # fmt: skip  (both runs distil the same proposals: gamma is not left to the timings)
     main(pair + ["--domains", "sql", "code", "--output_dir", str(tmp_path / "both")])
     main(pair + ["--domains", "sql", "--output_dir", str(tmp_path / "sql")])
 

@@ -144,3 +144,17 @@ def test_the_drafter_flags_parse_and_refuse_head_flags_without_a_head():
         OnlineArguments(head_path="h")
     with pytest.raises(SystemExit):
         parser.parse_args(["--drafter", "tree"])
+
+
+def test_online_flags_keep_their_types_after_hf_argument_parser_resolved_the_dataclass():
+    """HfArgumentParser (osd.train) replaces the dataclass fields' annotation strings with types; the argparse
+    flags built afterwards must still parse numbers as numbers."""
+    from transformers import HfArgumentParser
+
+    from osd.distill.config import DistillTrainingArguments
+
+    HfArgumentParser(DistillTrainingArguments)
+    parser = argparse.ArgumentParser()
+    add_online_flags(parser)
+    args = online_arguments(parser.parse_args(["--online_update_interval", "3", "--online_background_update"]))
+    assert (args.online_update_interval, args.online_background_update) == (3, True)
