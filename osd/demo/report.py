@@ -141,12 +141,12 @@ def machine_costs(
     standard, target, baseline, gamma: int, prompt_tokens: int, rows: list[dict]
 ) -> dict[str, float | None]:
     """This machine's costs, measured after serving (a few seconds), in steps of the served target: c (a
-    draft step), the verification of gamma + 1 tokens, the prefill of a mean prompt, and the baseline's step
-    and prefill (`baseline`: the target as it decodes fastest alone). At the mean tail alphas, over the
+    draft step in a chain of gamma between target passes, as the engine takes it), the verification of gamma + 1
+    tokens, the prefill of a mean prompt, and the baseline's step and prefill (`baseline`: the target as it decodes fastest alone). At the mean tail alphas, over the
     baseline: Eq. 2 with the measured verification cost (`eq2_*`), and the same with each side's prefill
     charged to queries of the tails' mean length (`prefill_eq2_*`, `osd.cost_model.query_time`)."""
     context = prompt_tokens + rows[0]["standard"]["target_tokens"] // (2 * len(rows[0]["queries"]))
-    c, _, step = cost_ratio(standard, target, context, reps=5, rounds=3)
+    c, _, step = cost_ratio(standard, target, context, gamma, reps=5, rounds=3)
     base = step if baseline is target else step_time(baseline, context, reps=5, rounds=3)
     costs = {"c": c, "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step,
              "baseline_step": base / step, "prefill": prefill_time(target, prompt_tokens) / step,
@@ -175,7 +175,7 @@ def print_costs(costs: dict[str, float], info: dict, gamma: int, layout: str, ba
     print(
         f"\nthis machine ({where}): the target serves as {layout}, alone as "
         f"{baseline} ({costs['baseline_step']:.2f} of its steps); verifying {gamma + 1} tokens costs "
-        f"{costs['verify_cost']:.2f} target steps, a draft step {costs['c']:.3f} of one; Eq. 2 with these "
+        f"{costs['verify_cost']:.2f} target steps, a draft step between them {costs['c']:.3f} of one; Eq. 2 with these "
         f"costs predicts Standard SD {format_alpha(costs['eq2_standard'], '.2f')}x, "
         f"online SD {format_alpha(costs['eq2_online'], '.2f')}x over the target alone; charging each query "
         f"its prefill ({costs['prefill']:.1f} steps served, {costs['baseline_prefill']:.1f} alone): "

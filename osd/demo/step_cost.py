@@ -17,21 +17,30 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.timing import draft_step_time, step_time
+from osd.spec.timing import chain_step_time, draft_step_time, step_time
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
 
 def cost_ratio(
-    draft: PreTrainedModel, target: PreTrainedModel, context: int = 64, **timing: int
+    draft: PreTrainedModel,
+    target: PreTrainedModel,
+    context: int = 64,
+    gamma: int | None = None,
+    **timing: int,
 ) -> tuple[float, float, float]:
     """(c, draft step seconds, target step seconds); the draft as the engine serves it (its sub-vocabulary head
-    when its config names one, `osd.spec.draft_vocab`; the lean Llama step where it applies,
-    `osd.spec.timing.draft_step_time`). timing: `step_time`'s reps and rounds."""
-    t_draft, t_target = (
-        draft_step_time(apply_draft_vocab(draft), context, **timing),
-        step_time(target, context, **timing),
+    when its config names one, `osd.spec.draft_vocab`; the lean Llama step where it applies). gamma: the draft's
+    step within chains of gamma proposals between target passes, as the engine takes them
+    (`osd.spec.timing.chain_step_time`); None: in a loop of draft steps alone (`draft_step_time`). timing:
+    `step_time`'s reps and rounds."""
+    draft = apply_draft_vocab(draft)
+    t_draft = (
+        draft_step_time(draft, context, **timing)
+        if gamma is None
+        else chain_step_time(draft, target, context, gamma, **timing)
     )
+    t_target = step_time(target, context, **timing)
     return t_draft / t_target, t_draft, t_target
 
 

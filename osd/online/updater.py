@@ -10,9 +10,11 @@ Serving copies. With --draft_serving_dtype (or a background update) a copy of ea
 reloaded from the draft after each of its updates; the optimizer keeps the draft's own weights.
 
 Background updates (--online_background_update). A due update waits until the loop next refreshes
-what it serves (`start`, just before it serves again): the serving copies are reloaded, then a worker
-thread runs the whole update while the copies serve. `finish` collects it (waiting, or only when done)
-and marks the copies stale. torch ops release the GIL, so serving and the update each use a core.
+what it serves (`start`, just before it serves again); then a worker thread runs the whole update while
+the copies serve, and reloads a spare copy of each updated draft (cast, and prepared for the engine's
+step: `osd.spec.drafter.prepare_for_serving`). `finish` collects it (waiting, or only when done) and swaps
+the spares in, so no reload is left on the serving path. torch ops release the GIL, so serving and the
+update each use a core.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from torch import nn
 from osd.online.buffer import Buffers, materialize
 from osd.online.config import OnlineArguments
 from osd.online.records import OnlineState
+from osd.spec.drafter import prepare_for_serving
 
 # (draft, buffered queries, backward) -> the mean loss over the buffer, detached (None: nothing to learn)
 LossFn = Callable[[nn.Module, list[Any], Callable[[torch.Tensor], None]], torch.Tensor | None]
@@ -73,6 +76,7 @@ class DraftUpdater:
         self.buffers = Buffers(config.online_update_interval, config.online_replay_queries)
         self.version = 0  # updates landed so far: what is served must be refreshed when it changes
         self._copies: dict[str, nn.Module] = {}
+        self._spares: dict[str, nn.Module] = {}  # background: what the worker reloads while the copy serves
         self._stale: set[str] = set()
         self._job: Future | None = None
         self._worker: ThreadPoolExecutor | None = None
@@ -109,11 +113,17 @@ class DraftUpdater:
             self.optimizer_step()
         return losses
 
-    def _landed(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
-        """Count the landed updates; their serving copies are stale from now on."""
+    def _landed(
+        self, losses: dict[str, torch.Tensor | None], reloaded: Mapping[str, nn.Module] | None = None
+    ) -> torch.Tensor | None:
+        """Count the landed updates; the serving copies the worker `reloaded` serve from now on, the others
+        are stale."""
+        reloaded = reloaded or {}
         self.state.updates += len(losses)
         self.state.losses.extend(loss.item() for loss in losses.values() if loss is not None)
-        self._stale.update(losses)
+        for route, spare in reloaded.items():
+            self._spares[route], self._copies[route] = self._copies[route], spare
+        self._stale.update(set(losses) - set(reloaded))
         self.version += 1
         return [*losses.values()][-1]
 
@@ -132,21 +142,33 @@ class DraftUpdater:
             self._timed_update, {route: self.buffers.take(route) for route in due}
         )
 
-    def _timed_update(self, due: dict[str, list[Any]]) -> tuple[dict[str, torch.Tensor | None], float]:
+    def _timed_update(
+        self, due: dict[str, list[Any]]
+    ) -> tuple[dict[str, torch.Tensor | None], dict[str, nn.Module], float]:
+        """In the worker: the update, then each updated draft's spare serving copy reloaded from it."""
         start = time.perf_counter()
         losses = self._update(due)
-        return losses, time.perf_counter() - start
+        reloaded = {
+            route: self._reload(self._spares[route], route) for route in losses if route in self._spares
+        }
+        return losses, reloaded, time.perf_counter() - start
+
+    def _reload(self, copy_: nn.Module, route: str) -> nn.Module:
+        """`copy_` (a serving copy of the route's draft) with the draft's weights, ready to serve."""
+        copy_.load_state_dict(self.drafts[route].state_dict())  # casts to the copy's dtype
+        prepare_for_serving(copy_)
+        return copy_
 
     def finish(self, wait: bool = True) -> None:
         """Collect a background update (only when it is done, unless `wait`)."""
         if self._job is None or not (wait or self._job.done()):
             return
         start = time.perf_counter()
-        losses, compute_s = self._job.result()  # re-raises the worker's error here
+        losses, reloaded, compute_s = self._job.result()  # re-raises the worker's error here
         self._job = None
         self.state.background_update_time_s += compute_s
         self.state.update_time_s += time.perf_counter() - start  # the wait is on the serving path
-        self._landed(losses)
+        self._landed(losses, reloaded)
 
     def close(self) -> None:
         """Land everything: a background update in flight, then the due ones."""
@@ -173,8 +195,10 @@ class DraftUpdater:
         start = time.perf_counter()
         if route not in self._copies:
             self._copies[route] = copy.deepcopy(draft).to(dtype).eval()
+            if self.config.online_background_update:
+                self._spares[route] = copy.deepcopy(self._copies[route])
         else:
-            self._copies[route].load_state_dict(draft.state_dict())  # casts to the copy's dtype
+            self._reload(self._copies[route], route)
         self._stale.discard(route)
         self.state.update_time_s += time.perf_counter() - start  # part of what an update costs
         return self._copies[route]

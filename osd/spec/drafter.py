@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 from osd.spec.batched import RowCache
 from osd.spec.eagle3 import Eagle3Head, save_head
 from osd.spec.head_cache import HeadRows, HeadSequence
-from osd.spec.llama_draft import draft_cache
+from osd.spec.llama_draft import draft_cache, prepare_lean_step
 
 Drafter = PreTrainedModel | Eagle3Head
 
@@ -63,6 +63,13 @@ def row_cache(
     if isinstance(drafter, Eagle3Head):
         return HeadRows.begin(drafter, target.get_input_embeddings(), input_ids.shape[0])
     return RowCache.start(drafter, input_ids, mask, lean=lean)
+
+
+def prepare_for_serving(drafter: Drafter) -> None:
+    """Derive now what the engine's step derives from the drafter's weights at its first use (a draft model's
+    lean-step weights; a head derives nothing), e.g. in the online updater's worker after a refresh."""
+    if not isinstance(drafter, Eagle3Head):
+        prepare_lean_step(drafter)
 
 
 def save_drafter(drafter: Drafter, path: str | Path) -> None:

@@ -97,6 +97,13 @@ class _Weights:
 _derived: weakref.WeakKeyDictionary[PreTrainedModel, _Weights] = weakref.WeakKeyDictionary()
 
 
+def prepare_lean_step(model: PreTrainedModel) -> None:
+    """Derive the lean step's weights of `model` now (e.g. in a background thread after a refresh), not at the
+    next sequence's first step; nothing for a model the lean step does not support."""
+    if supports_lean_step(model):
+        _derived_weights(model)
+
+
 def _parameter_key(model: PreTrainedModel) -> tuple[tuple[int, int], ...] | None:
     """(data pointer, version) of every parameter; None where one was made under inference mode (it keeps no
     version counter), so that the weights are derived again for every sequence."""

@@ -5,7 +5,8 @@ target with oneDNN-packed weights (`osd.spec.packed_linear`) verifies a few toke
 without them torch's bf16 GEMM converts the weights once per row, and either the bf16-rows kernel
 (`osd.spec.bf16_rows`) or a float32 target with weight-major products (`osd.spec.weight_major`, twice the
 bytes per step) does better. `measure` times every candidate's prefill of a prompt, its one-token step and
-its passes over 2 to gamma + 1 tokens, and the draft's step, on the models themselves. A query of N new
+its passes over 2 to gamma + 1 tokens, and the draft's step between target passes (where its weights have
+been evicted from the CPU's caches, as in the engine), on the models themselves. A query of N new
 tokens then costs, by Eq. 2's reasoning with every pass charged its measured time,
 
     target alone:              prefill + N * step
@@ -29,7 +30,7 @@ from transformers import PreTrainedModel
 from osd.cost_model import query_time
 from osd.spec.bf16_rows import kernel_available, use_bf16_rows_linears
 from osd.spec.packed_linear import packing_available, use_packed_linears
-from osd.spec.timing import draft_step_time, pass_times
+from osd.spec.timing import chain_step_time, pass_times
 from osd.spec.weight_major import use_weight_major_linears
 
 
@@ -203,9 +204,12 @@ def measure_and_choose(
     forced `dtype`, `layout` or `gamma` narrows the speculative choice only (the baseline is always the
     fastest of all). Returns the choice and the models it needs (its baseline and its layout)."""
     models = {name: serving_copy(target, name).to(device) for name in available_layouts(device=device)}
-    measured = measure(models, max_gamma if gamma is None else gamma, prompt_tokens)
+    chain = max_gamma if gamma is None else gamma
+    measured = measure(models, chain, prompt_tokens)
+    fastest = min(measured.values(), key=lambda m: m.pass_s[0]).layout  # the draft's step between its passes
+    draft_s = chain_step_time(draft, models[fastest], prompt_tokens, chain, reps=5, rounds=2)
     choice = choose(
-        measured, draft_step_time(draft, prompt_tokens, reps=5, rounds=2), alpha, new_tokens,
+        measured, draft_s, alpha, new_tokens,
         available_layouts(dtype, layout, device), None if gamma is None else [gamma],
     )  # fmt: skip
     return choice, {name: models[name] for name in (choice.baseline, choice.layout)}

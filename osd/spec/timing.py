@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 from osd.spec.batched import RowCache
 from osd.spec.eagle3 import Eagle3Head
 from osd.spec.head_cache import HeadSequence
-from osd.spec.llama_draft import LlamaDraftCache, supports_lean_step
+from osd.spec.llama_draft import LlamaDraftCache, draft_cache, supports_lean_step
 
 
 def synchronize(device: torch.device) -> None:
@@ -157,6 +157,41 @@ def draft_step_time(
         reps,
         rounds,
     )
+
+
+@torch.inference_mode()
+def chain_step_time(
+    draft: PreTrainedModel | Eagle3Head,
+    target: PreTrainedModel,
+    context: int = 64,
+    gamma: int = 3,
+    reps: int = 5,
+    rounds: int = 3,
+) -> float:
+    """Seconds per draft step of a chain of `gamma` proposals taken right after a target pass over gamma + 1
+    tokens, as the engine alternates them: the pass evicts the draft's weights from the CPU's caches, so a step
+    here costs more than in a loop of draft steps alone (`draft_step_time`). The draft as the engine steps it
+    (install a saved sub-vocabulary head first); an EAGLE-3 head is timed by `head_step_time`."""
+    if isinstance(draft, Eagle3Head):
+        return head_step_time(draft, context, reps * gamma, rounds)
+    ids = torch.randint(
+        4, draft.config.vocab_size, (1, context + gamma + 1), device=target.device
+    )  # [1, T + g + 1]
+    target_cache = target(ids[:, :context], use_cache=True).past_key_values
+    cache = draft_cache(draft, None)
+    cache.forward(ids[:, :context].to(cache.device), 1)
+
+    def chain() -> None:
+        for j in range(gamma):
+            cache.forward(ids[:, context + j : context + j + 1].to(cache.device), 1)
+
+    def verify() -> None:  # untimed: the draft's chain is cropped, the target's pass evicts its weights
+        cache.crop(context)
+        target(ids[:, context:], past_key_values=target_cache, use_cache=True)
+        target_cache.crop(-(gamma + 1))
+
+    verify()
+    return _best_median(chain, verify, target.device, reps, rounds) / gamma
 
 
 @torch.inference_mode()

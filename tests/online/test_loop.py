@@ -175,3 +175,28 @@ def test_a_batch_turn_serves_each_route_with_its_own_draft(pair):
     for query, served in zip(prompts, batch, strict=True):
         alone = engine_loop(target, drafts[served.route], replace(config)).step([Query(query)])[0]
         assert served.stats.alpha_sum == alone.stats.alpha_sum and served.route in drafts
+
+
+def test_a_background_update_reloads_a_spare_copy_in_the_worker_and_swaps_it_in(pair):
+    """The served copy after an update is the worker's reloaded spare: the draft's weights cast to the serving
+    dtype, its lean-step weights already derived, and nothing reloaded on the serving path."""
+    from osd.spec import llama_draft
+
+    target, draft, _ = pair
+    draft = copy.deepcopy(draft).float()
+    config = OnlineArguments(online_update_interval=1, online_background_update=True,
+                             draft_serving_dtype="bfloat16", online_loss_positions="all")  # fmt: skip
+    loop = engine_loop(target, draft, config)
+    updater = loop.updater
+    served = [updater.serving(SHARED_DRAFT)]
+    for n, prompt in enumerate([[5, 6, 7, 8], [9, 10, 11], [12, 13, 14]]):
+        loop.step([Query(prompt)], last=False)
+        served.append(updater.serving(SHARED_DRAFT))
+        assert not updater._stale, "a landed background update leaves nothing to reload on the serving path"
+    updater.finish(wait=True)
+    now = updater.serving(SHARED_DRAFT)
+    assert updater.state.updates >= 2 and len({id(m) for m in served}) == 2  # two copies take turns
+    for name, p in now.state_dict().items():
+        assert p.dtype == torch.bfloat16 and torch.equal(p, draft.state_dict()[name].to(torch.bfloat16)), name
+    derived = llama_draft._derived.get(now)
+    assert derived is not None and derived.key == llama_draft._parameter_key(now)
