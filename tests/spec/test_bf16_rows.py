@@ -11,7 +11,14 @@ from torch import nn
 
 from osd.spec.bf16_rows import BF16RowsLinear, bf16_rows_product, kernel_available, use_bf16_rows_linears
 from osd.spec.decoder import SpeculativeDecoder
-from tests.spec.references import NOISE, assert_same_linear_gradients, hf_greedy, random_prompt
+from tests.spec.references import (
+    BF16_EPS,
+    NOISE,
+    assert_same_linear_gradients,
+    first_divergence,
+    hf_greedy,
+    random_prompt,
+)
 from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
 
 pytestmark = pytest.mark.skipif(not kernel_available(), reason="numba is not installed")
@@ -73,7 +80,9 @@ def test_every_plain_linear_changes_once_and_serving_copies_keep_the_class():
 def test_engine_greedy_output_is_unchanged(family):
     """A bf16 target and draft with the kernel: the engine's greedy output equals its output with untouched
     copies (the kernel adds in another order than torch's GEMM, which can break a near-tie otherwise on tiny
-    random models; none does on these prompts), and for llama HF `generate`'s of the untouched target."""
+    random models; none does on these prompts), and for llama HF `generate`'s of the same kernel target up to
+    a bf16 tie (attention in bf16 rounds a pass over several tokens apart from one-token steps on CPUs without
+    bf16 instructions)."""
     target = tiny_model(family, layers=3).to(torch.bfloat16)
     draft = draft_from_target(target, NOISE[family]).to(torch.bfloat16)
     plain = SpeculativeDecoder(copy.deepcopy(draft), copy.deepcopy(target), gamma=3)
@@ -83,10 +92,15 @@ def test_engine_greedy_output_is_unchanged(family):
     alphas = []
     for seed in range(3):
         prompt = random_prompt(seed=seed)
-        out = decoder.generate(prompt, max_new_tokens=40)
+        out = decoder.generate(prompt, max_new_tokens=40, return_target_logits=True)
         expected = plain.generate(prompt, max_new_tokens=40).generated_ids
         torch.testing.assert_close(out.generated_ids, expected, rtol=0, atol=0)
         if family == "llama":
-            torch.testing.assert_close(out.generated_ids, hf_greedy(plain.target, prompt, 40), rtol=0, atol=0)
+            ours, reference = out.generated_ids[0].tolist(), hf_greedy(target, prompt, 40)[0].tolist()
+            i = first_divergence(ours, reference)
+            if i is not None:  # only where the target's logits tie at bf16 resolution
+                logits = out.target_logits[i].float()
+                gap = (logits[ours[i]] - logits[reference[i]]).abs()
+                assert gap <= 2 * BF16_EPS * logits.abs().max(), (seed, i, float(gap))
         alphas.append(out.alpha)
     assert max(alphas) > 0.0 and min(alphas) < 1.0, alphas  # both the accept and the reject path ran
