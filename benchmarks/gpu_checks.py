@@ -35,7 +35,7 @@ from osd.demo.target import GGUF_PACKAGE, SOURCE_FILE
 from osd.paths import REPO_ROOT, TARGET_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH
 from osd.results import markdown_table
 from osd.spec.timing import machine
-from osd.stages import Stage, run_stages
+from osd.stages import Stage, check_limits, run_stages
 from osd.user_errors import run_main
 
 PY = sys.executable
@@ -51,9 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dry_run", action="store_true", help="on the CPU, with the tiny pair and small sizes"
     )
-    parser.add_argument(
-        "--budget_s", type=float, default=390, help="the whole check's time (7 minutes less set-up)"
-    )
+    parser.add_argument("--budget_s", type=float,
+                        help="the whole check's seconds (default: osd.stages.check_limits, 390 on a GPU)")  # fmt: skip
     parser.add_argument(
         "--num_prompts", type=int, help="bench_engine's prompts per eval file (default 3; dry run 1)"
     )
@@ -190,15 +189,16 @@ def main(argv: list[str] | None = None) -> list:
         (work / stale).unlink(missing_ok=True)
     demo = not args.dry_run and demo_target_available()
     device = "cpu" if args.dry_run else "cuda"
+    budget, scale = check_limits(args.dry_run, args.budget_s)
     header = {"command": "python -m benchmarks.gpu_checks " + " ".join(sys.argv[1:] if argv is None else argv),
-              "pair": "demo" if demo else "tiny", "device": device, "machine": machine(device), "budget_s": args.budget_s}  # fmt: skip
+              "pair": "demo" if demo else "tiny", "device": device, "machine": machine(device), "budget_s": budget}  # fmt: skip
     if not demo and not args.dry_run:
         header["note"] = (
             "the demo target is not on this machine (docs/gpu.md: carrying it); the tiny pair ran"
         )
     title = f"GPU checks, Python ({header['machine'].get('gpu', 'CPU dry run')}, {header['pair']} pair)"
     chosen = [stage for stage in stages(args, work, demo) if stage.name in args.stages]
-    return run_stages(chosen, Path(args.out), title, args.budget_s, header)
+    return run_stages(chosen, Path(args.out), title, budget, header, scale)
 
 
 if __name__ == "__main__":

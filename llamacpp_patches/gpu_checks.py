@@ -31,7 +31,7 @@ from osd.demo.target import GGUF_PACKAGE, gguf_path
 from osd.paths import DRAFT_PATH, REPO_ROOT, TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
 from osd.results import markdown_table
 from osd.spec.timing import machine
-from osd.stages import Stage, run_stages
+from osd.stages import Stage, check_limits, run_stages
 from osd.user_errors import run_main
 
 PY = sys.executable
@@ -51,14 +51,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="results.json, results.md and log.txt go here")
     parser.add_argument("--work_dir", default="outputs/gpu_llamacpp", help="GGUF files and the runs' JSONL")
     parser.add_argument("--dry_run", action="store_true", help="record the commands; the report on a fixture")
-    parser.add_argument(
-        "--budget_s", type=float, default=390, help="the whole check's time (7 minutes less set-up)"
-    )
+    parser.add_argument("--budget_s", type=float,
+                        help="the whole check's seconds (default: osd.stages.check_limits, 390 on a GPU)")  # fmt: skip
     parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--limit", type=int, default=5, help="queries per eval file (run.py --limit)")
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--cuda_arch", default="90", help="CMAKE_CUDA_ARCHITECTURES (90: H100, H200)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    return args
 
 
 def models(work: Path, demo: bool) -> tuple[Path, dict[str, Path]]:
@@ -136,10 +136,11 @@ def main(argv: list[str] | None = None) -> list:
         old.unlink()
     demo = not args.dry_run and importlib.util.find_spec(GGUF_PACKAGE) is not None
     device = "cpu" if args.dry_run else "cuda"
+    budget, scale = check_limits(args.dry_run, args.budget_s)
     header = {"command": "python -m llamacpp_patches.gpu_checks " + " ".join(sys.argv[1:] if argv is None else argv),
-              "pair": "demo" if demo else "tiny", "dry_run": args.dry_run, "machine": machine(device), "budget_s": args.budget_s}  # fmt: skip
+              "pair": "demo" if demo else "tiny", "dry_run": args.dry_run, "machine": machine(device), "budget_s": budget}  # fmt: skip
     title = f"GPU checks, llama.cpp ({header['machine'].get('gpu', 'CPU dry run')}, {header['pair']} pair)"
-    return run_stages(stages(args, work, demo), Path(args.out), title, args.budget_s, header)
+    return run_stages(stages(args, work, demo), Path(args.out), title, budget, header, scale)
 
 
 if __name__ == "__main__":

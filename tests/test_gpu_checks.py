@@ -18,9 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def dry_run(script: str, tmp_path: Path) -> tuple[dict, str]:
     """Run bash_scripts/gpu/{script} with DRY_RUN=1; its results.json and results.md."""
     out = tmp_path / "out"
-    run = subprocess.run(["bash", str(ROOT / "bash_scripts" / "gpu" / script), str(out), "--work_dir", str(tmp_path / "work")],
-                         cwd=tmp_path, env={**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable},
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    command = [
+        "bash",
+        str(ROOT / "bash_scripts" / "gpu" / script),
+        str(out),
+        "--work_dir",
+        str(tmp_path / "work"),
+    ]
+    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable}
+    # the limit is above a rehearsal's budget (osd.stages.check_limits), which ends its stages first
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=2000)
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["log.txt", "results.json", "results.md"]
     return json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
@@ -60,7 +67,9 @@ def test_python_checks_pass_every_stage_on_the_cpu_and_write_their_tables(tmp_pa
 def test_llamacpp_check_records_its_commands_and_reports_a_fixture(tmp_path):
     results, markdown = dry_run("llamacpp.sh", tmp_path)
     stages = {s["name"]: s for s in results["stages"]}
-    assert results["pair"] == "tiny" and results["dry_run"]
+    assert (
+        results["pair"] == "tiny" and results["dry_run"] and results["budget_s"] == 1800
+    )  # a rehearsal's limits
     assert [n for n, s in stages.items() if s["status"] != "not run (dry run)"] == ["report"]
     assert stages["report"]["status"] == "passed"
     assert stages["build"]["command"] == "bash llamacpp_patches/build.sh --cuda --cuda-arch=90 --example-only"

@@ -60,3 +60,11 @@ def test_a_spent_budget_skips_the_rest_and_unreadable_outputs_fail_a_stage(
     results = run_stages(stages, tmp_path / "out", "a check", 2.5, {})
     assert [r.status for r in results] == [FAILED, TIMED_OUT, SKIPPED]  # "slow" got what was left of 2.5 s
     assert "could not be read" in results[0].note and "budget of 2 s was spent" in results[2].note
+
+
+def test_scrub_makes_repository_paths_relative_only_where_a_path_starts():
+    from osd.stages import REPO_ROOT, scrub
+
+    other = f"/tmp/x{REPO_ROOT}_job/draft"  # a path that merely contains the repository's, then more
+    text = f"{sys.executable} run.py --model {REPO_ROOT}/osd/m --cwd {REPO_ROOT} --out={REPO_ROOT}/o --draft {other}"
+    assert scrub(text) == f"python run.py --model osd/m --cwd . --out=o --draft {other}"
