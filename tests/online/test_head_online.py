@@ -156,5 +156,7 @@ def test_online_flags_keep_their_types_after_hf_argument_parser_resolved_the_dat
     HfArgumentParser(DistillTrainingArguments)
     parser = argparse.ArgumentParser()
     add_online_flags(parser)
-    args = online_arguments(parser.parse_args(["--online_update_interval", "3", "--online_background_update"]))
+    args = online_arguments(
+        parser.parse_args(["--online_update_interval", "3", "--online_background_update"])
+    )
     assert (args.online_update_interval, args.online_background_update) == (3, True)
