@@ -188,9 +188,7 @@ def refuse_foreign_file(
         return
     if path.is_symlink() or not path.is_file():
         kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
-        raise DataFileError(
-            f"{flag} {path} is {kind}; {tool} writes a new file there only: choose another {flag}"
-        )
+        raise DataFileError(f"{flag} {path} is {kind}, not a file {tool} wrote; choose another {flag}")
     if own is not None and own(path):
         return
     mark = read_mark(path)
@@ -214,8 +212,10 @@ def write_output(
     data = data.encode("utf-8") if isinstance(data, str) else data
     new = hashlib.sha256(data).hexdigest()
     old = [file_sha256(path)] if path.is_file() else []
-    # the mark admits the old content and the new one while the file is replaced (a kill in between)
-    write_text(mark_path(path), json.dumps({"tool": tool, "sha256": [*old, new]}) + "\n")
+    try:  # the mark admits the old content and the new one while the file is replaced (a kill in between)
+        write_text(mark_path(path), json.dumps({"tool": tool, "sha256": [*old, new]}) + "\n")
+    except OSError as e:  # named as the output: the mark is the tool's own business
+        raise OSError(e.errno, e.strerror, str(path)) from e
     write_bytes(path, data)
     write_text(mark_path(path), json.dumps({"tool": tool, "sha256": [new]}) + "\n")
     return path
