@@ -123,6 +123,9 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file where a folder on the way should be
+        raise OSError(e.errno, f"cannot make its folder {path.parent} ({e.strerror})", str(path)) from e
+    try:
         with replacing(path) as tmp:
             tmp.write_bytes(data)
     except OSError as e:

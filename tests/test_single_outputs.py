@@ -243,3 +243,12 @@ def test_an_unwritable_folder_is_an_error_naming_the_output():
         pytest.skip("no /proc here")
     with pytest.raises(OSError, match=f"'{out}'"):
         write_output(out, "{}\n", "--out", "a tool")
+
+
+def test_a_file_on_the_way_to_the_output_is_an_error_naming_both(tmp_path):
+    (tmp_path / "afile").write_text("mine\n")
+    with pytest.raises(
+        OSError, match=f"cannot make its folder {tmp_path}/afile/sub .*'{tmp_path}/afile/sub/out.json'"
+    ):
+        write_output(tmp_path / "afile" / "sub" / "out.json", "{}\n", "--out", "a tool")
+    assert (tmp_path / "afile").read_text() == "mine\n"
