@@ -183,25 +183,25 @@ def refuse_foreign_file(
     path: str | Path, flag: str, tool: str, own: Callable[[Path], bool] | None = None
 ) -> None:
     """Raise unless `tool` may write the single output file `path` (given with `flag`): nothing is there
-    yet, or `tool` wrote the file (its mark names `tool` and the file's content, unchanged since), or
-    `own(path)` recognises it as `tool`'s (a format that names its writer). Anything else there (a
-    file another tool or a person wrote or edited, a folder, a link) is refused."""
+    yet, or `tool` wrote the file (its mark names `tool` and the file's content, unchanged since), or,
+    unmarked, `own(path)` recognises it as `tool`'s (a format that names its writer). Anything else
+    there (a file another tool or a person wrote, one edited since, a folder, a link) is refused."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return
     if path.is_symlink() or not path.is_file():
         kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
         raise DataFileError(f"{flag} {path} is {kind}, not a file {tool} wrote; choose another {flag}")
-    if own is not None and own(path):
-        return
     mark = read_mark(path)
-    if mark.get("tool") != tool:
-        raise DataFileError(
-            f"{flag} {path} exists and {tool} did not write it; choose another {flag} or move the file away"
-        )
-    if file_sha256(path) not in mark.get("sha256", []):
+    if mark.get("tool") == tool:
+        if file_sha256(path) in mark.get("sha256", []):
+            return
         raise DataFileError(
             f"{flag} {path} was changed since {tool} wrote it; choose another {flag} or move the file away"
+        )
+    if own is None or not own(path):
+        raise DataFileError(
+            f"{flag} {path} exists and {tool} did not write it; choose another {flag} or move the file away"
         )
 
 

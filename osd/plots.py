@@ -18,6 +18,7 @@ import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -96,11 +97,11 @@ def dataset_bands(datasets: Sequence[str]) -> list[tuple[int, int, str]]:
     return bands
 
 
-def plot_alpha(runs: dict[str, Series], out: str | Path, *args: object, **kwargs: object) -> Path:
-    """Write `alpha_figure(runs, ...)` to `out` (whole or not at all; its format from the suffix, PNG
-    without one); returns the path."""
+def plot_alpha(runs: dict[str, Series], out: str | Path, **figure: Any) -> Path:
+    """Write `alpha_figure(runs, **figure)` to `out` (whole or not at all; its format from the suffix,
+    PNG without one); returns the path."""
     out = Path(out)
-    write_bytes(out, alpha_figure(runs, *args, **kwargs, fmt=image_format(out)))
+    write_bytes(out, alpha_figure(runs, **figure, fmt=image_format(out)))
     return out
 
 

@@ -252,3 +252,21 @@ def test_a_file_on_the_way_to_the_output_is_an_error_naming_both(tmp_path):
     ):
         write_output(tmp_path / "afile" / "sub" / "out.json", "{}\n", "--out", "a tool")
     assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_a_replay_output_edited_since_is_kept_though_it_still_names_its_writer(
+    p, tmp_path, capsys, monkeypatch
+):
+    """An --out that online_replay wrote is known by its "command" only while it has no mark: an edit of
+    a marked one is kept, one written before marks existed is replaced."""
+    out = tmp_path / "out"
+    assert run("online_replay", TOOLS["online_replay"][2], p, out, capsys, monkeypatch)[0] == 0
+    target = tmp_path / "out.json"
+    edited = json.loads(target.read_text()) | {"note": "mine"}
+    target.write_text(json.dumps(edited))
+    code, err = run("online_replay", TOOLS["online_replay"][2], p, out, capsys, monkeypatch)
+    assert code == 1 and "was changed since" in err, err
+    assert json.loads(target.read_text()) == edited
+    mark_path(target).unlink()  # as written before marks existed
+    assert run("online_replay", TOOLS["online_replay"][2], p, out, capsys, monkeypatch)[0] == 0
+    assert "note" not in json.loads(target.read_text())
