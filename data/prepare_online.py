@@ -24,8 +24,8 @@ from pathlib import Path
 from collector import RAW_DATA_DIR, REPO_ROOT
 from transformers import HfArgumentParser
 
-from osd.conversations import load_conversation_dataset, save_conversations
-from osd.datafiles import refuse_overwrite
+from osd.conversations import conversations_text, load_conversation_dataset
+from osd.datafiles import refuse_foreign_file, refuse_overwrite, write_output
 from osd.streams import Records, abrupt_stream, drift_stream, mix_stream
 from osd.user_errors import run_main
 
@@ -35,6 +35,7 @@ REFERENCE_INPUTS = {
     "finance": "gbharti_finance-alpaca_train.json",
 }
 
+TOOL = "data/prepare_online.py"  # the writer named beside its outputs
 STREAM_KINDS = ("abrupt", "drift", "mix")
 KIND_FLAGS = {"inputs": STREAM_KINDS, "output": STREAM_KINDS, "lengths": ("abrupt",),
               "start_weights": ("drift",), "end_weights": ("drift",), "weights": ("mix",)}  # fmt: skip
@@ -114,8 +115,11 @@ def parse_inputs(items: list[str]) -> dict[str, Path]:
 
 def load_sources(paths: dict[str, Path], outputs: dict[str, Path]) -> dict[str, Records]:
     """The records of each source (any --data_path form: a conversation file, a folder or a hub
-    dataset name, whose train split is used), after checking that no output would replace a source."""
+    dataset name, whose train split is used), after checking that no output would replace a source
+    nor a file this script did not write."""
     refuse_overwrite(outputs, {f"--inputs {name}": path for name, path in paths.items()})
+    for flag, path in outputs.items():
+        refuse_foreign_file(path, flag, TOOL)
     return {
         name: load_conversation_dataset(path, "train", f"--inputs {name}")[0] for name, path in paths.items()
     }
@@ -133,8 +137,9 @@ def build(args: PrepareArgs, sources: dict[str, Records]) -> list[dict]:
     return mix_stream(sources, args.n, args.weights, args.seed)
 
 
-def write(stream: list[dict], path: Path) -> None:
-    save_conversations(stream, path)
+def write(stream: list[dict], path: Path, flag: str) -> None:
+    """Write the stream to `path` (given with `flag`) and print its records per dataset."""
+    write_output(path, conversations_text(stream), flag, TOOL)
     counts = Counter(rec["dataset"] for rec in stream)
     print(f"{path}: {len(stream)} records ({', '.join(f'{k} {v}' for k, v in counts.items())})")
 
@@ -148,16 +153,21 @@ def main(argv: list[str] | None = None) -> None:
         paths = parse_inputs(args.inputs)
         for flag in ("lengths", "start_weights", "end_weights", "weights"):
             check_per_input(f"--{flag}", getattr(args, flag), len(paths))
-        write(build(args, load_sources(paths, {"--output": output})), output)
+        write(build(args, load_sources(paths, {"--output": output})), output, "--output")
         return
     out = {name: Path(args.output_dir) / f"{name}.json" for name in ("sharp", "smooth", "online_sample")}
+    flags = {name: f"--output_dir file {path.name}" for name, path in out.items()}
     sources = load_sources(
         {name: Path(args.raw_dir) / file for name, file in REFERENCE_INPUTS.items()},
-        {f"--output_dir file {path.name}": path for path in out.values()},
+        {flags[name]: path for name, path in out.items()},
     )
-    write(abrupt_stream(sources, [2000, 2000, 2000]), out["sharp"])
-    write(drift_stream(sources, 6000, [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], args.seed), out["smooth"])
-    write(abrupt_stream(sources, [200, 200, 200]), out["online_sample"])
+    write(abrupt_stream(sources, [2000, 2000, 2000]), out["sharp"], flags["sharp"])
+    write(
+        drift_stream(sources, 6000, [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], args.seed),
+        out["smooth"],
+        flags["smooth"],
+    )
+    write(abrupt_stream(sources, [200, 200, 200]), out["online_sample"], flags["online_sample"])
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ from pathlib import Path
 from collector import REPO_ROOT  # noqa: F401  (puts the repository on sys.path)
 from transformers import HfArgumentParser
 
-from osd.conversations import read_conversations, save_conversations
-from osd.datafiles import refuse_overwrite
+from osd.conversations import conversations_text, read_conversations
+from osd.datafiles import refuse_foreign_file, refuse_overwrite, write_output
 from osd.user_errors import run_main
+
+TOOL = "data/split_train_test.py"  # the writer named beside its outputs
 
 
 @dataclass
@@ -102,13 +104,17 @@ def main(argv: list[str] | None = None) -> None:
         for kind, out in (("train", args.train_output), ("eval", args.eval_output))
     }
     refuse_overwrite(outputs, {"--input": path})
+    for flag, out_path in outputs.items():
+        refuse_foreign_file(out_path, flag, TOOL)
     records = read_conversations(args.input, args.split, "--input")
     if args.mode == "random":
         train, evals = random_split(records, args.eval_size, args.seed)
     else:
         train, evals = time_bin_split(records, args.eval_size, args.seed, str(path))
-    for (kind, part), out_path in zip((("train", train), ("eval", evals)), outputs.values(), strict=True):
-        save_conversations(part, out_path)
+    for (kind, part), (flag, out_path) in zip(
+        (("train", train), ("eval", evals)), outputs.items(), strict=True
+    ):
+        write_output(out_path, conversations_text(part), flag, TOOL)
         print(f"{out_path}: {len(part)} {kind} records")
 
 

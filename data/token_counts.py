@@ -22,9 +22,11 @@ from collector import REPO_ROOT  # noqa: F401  (puts the repository on sys.path)
 from transformers import AutoTokenizer, HfArgumentParser
 
 from osd.conversations import assistant_answer, read_conversations
-from osd.datafiles import refuse_overwrite
+from osd.datafiles import refuse_foreign_file, refuse_overwrite, write_output
 from osd.spec.draft_vocab import count_tokens
 from osd.user_errors import run_main
+
+TOOL = "data/token_counts.py"  # the writer named beside its output
 
 
 @dataclass
@@ -42,18 +44,18 @@ def main(argv: list[str] | None = None) -> None:
     refuse_overwrite(
         {"--output": args.output}, {f"--data {d}": d for d in args.data} | {"--tokenizer": args.tokenizer}
     )
+    refuse_foreign_file(args.output, "--output", TOOL)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     answers = [a for source in args.data for r in read_conversations(source, args.split, "--data")
                if (a := assistant_answer(r))]  # fmt: skip
     if not answers:
-        raise SystemExit(
+        raise ValueError(
             f"--data {' '.join(args.data)}: no assistant answers to count (answer them first: data/generate_answer.py)"
         )
     counts, n = count_tokens(answers, tokenizer)
     result = {"tokenizer": args.tokenizer, "sources": args.data, "num_answers": n, "num_tokens": sum(counts.values()),
               "counts": [[t, c] for t, c in counts.most_common()]}  # fmt: skip
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(result, f)
+    write_output(args.output, json.dumps(result), "--output", TOOL)
     print(f"{result['num_tokens']} tokens of {n} answers, {len(counts)} distinct ids -> {args.output}")
 
 

@@ -44,6 +44,23 @@ def first_difference(model: PreTrainedModel, line: dict) -> tuple[int, float] | 
     return i, float(top[0] - top[1])
 
 
+def check_token_ids(lines: list[dict], rows: int, model: str) -> None:
+    """Raise naming the file, query and position of the first prompt or output id of `lines` that is not a
+    token id `model` embeds (an integer from 0 to `rows` - 1), or of a line without prompt ids."""
+    for line in lines:
+        where = f"{line['file']}, query {line['id']}"
+        for key in ("prompt_ids", "output_ids"):
+            ids = line.get(key)
+            if not isinstance(ids, list) or (key == "prompt_ids" and not ids):
+                raise ValueError(f"{where}: {key} is {ids!r}, not a list of token ids")
+            bad = next((i for i, t in enumerate(ids) if type(t) is not int or not 0 <= t < rows), None)
+            if bad is not None:
+                raise ValueError(
+                    f"{where}: {key}[{bad}] is {ids[bad]!r}, not a token id of --model {model} (0 to {rows - 1}); "
+                    "compare a run with the model its GGUF was converted from"
+                )
+
+
 def main(argv: list[str] | None = None) -> dict[str, tuple[int, float] | None]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -63,6 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, float] | None]:
         raise ValueError(
             f"{args.files}: no baseline lines with output_ids; run llama-osd-stream with --osd-dump-ids"
         )
+    check_token_ids(lines, model.get_input_embeddings().num_embeddings, args.model)
     result = {f"{x['file']}:{x['id']}": first_difference(model, x) for x in lines}
     same = sum(d is None for d in result.values())
     print(f"{same}/{len(result)} queries identical to HF greedy")

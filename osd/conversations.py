@@ -199,8 +199,13 @@ def read_conversations(
 
 
 def save_conversations(records: list[dict], path: str | Path) -> None:
-    """Write records as an indented JSON list (creating parent folders)."""
-    write_text(path, json.dumps(records, ensure_ascii=False, indent=1) + "\n")
+    """Write records as an indented JSON list, whole or not at all (creating parent folders)."""
+    write_text(path, conversations_text(records))
+
+
+def conversations_text(records: list[dict]) -> str:
+    """The text of a conversation file holding `records`: an indented JSON list."""
+    return json.dumps(records, ensure_ascii=False, indent=1) + "\n"
 
 
 def user_query(record: dict) -> str:

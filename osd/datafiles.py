@@ -1,12 +1,17 @@
-"""What every tool does with its files: read UTF-8 text naming the file and line of a bad byte, and
+"""What every tool does with its files: read UTF-8 text naming the file and line of a bad byte;
 never write an output over or into an input (a data file, a data or model folder), nor two outputs
-over each other: one rule, `refuse_overwrite`, checked before any model loads."""
+over each other (`refuse_overwrite`, checked before any model loads); write a single output file
+only where it is new or the same tool wrote it (`refuse_foreign_file`), whole or not at all
+(`write_output`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,17 +86,20 @@ def claim_output_dir(
     outputs: Sequence[str],
     inputs: Mapping[str, str | Path | None],
     ignore: Sequence[str] = (),
+    flag: str = "--output_dir",
 ) -> Path:
     """The folder `tool` writes `outputs` (names in it) into, created if missing. Refused when it would
     destroy an input (`refuse_overwrite`) or when it holds files (but `ignore`d ones, e.g. the run's lock)
     and `tool` did not claim it earlier; from an earlier run of `tool` only its `outputs` are removed,
-    anything else there stays."""
-    refuse_overwrite({"--output_dir": path}, inputs)
+    anything else there stays. `flag` names the folder in errors."""
+    refuse_overwrite({flag: path}, inputs)
     out, owner = Path(path), Path(path) / OWNER_FILE
+    if out.exists() and not out.is_dir():
+        raise DataFileError(f"{flag} {path} is a file, not a folder; choose an empty or new folder")
     if out.is_dir() and any(p.name not in ignore for p in out.iterdir()):
         if not owner.is_file() or owner.read_text().strip() != tool:
             raise DataFileError(
-                f"--output_dir {path} holds files {tool} did not write; choose an empty or new folder"
+                f"{flag} {path} holds files {tool} did not write; choose an empty or new folder"
             )
         for name in outputs:
             old = out / name
@@ -105,13 +113,112 @@ def claim_output_dir(
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """Write UTF-8 text (creating parent folders); a failure (a full disk, a read-only folder, a
-    parent that is a file) raises an OSError that names the file."""
+    """Write UTF-8 text whole or not at all (creating parent folders); a failure (a full disk, a
+    read-only folder, a parent that is a file) raises an OSError that names the file."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all (`replacing`), creating parent folders."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    except OSError as e:  # a file where a folder on the way should be
+        raise OSError(e.errno, f"cannot make its folder {path.parent} ({e.strerror})", str(path)) from e
+    try:
+        with replacing(path) as tmp:
+            tmp.write_bytes(data)
     except OSError as e:
-        if e.filename is not None:
+        if e.filename is not None and e.filename != str(tmp_name(path)):
             raise
         raise OSError(e.errno, e.strerror, str(path)) from e
+
+
+def tmp_name(path: Path) -> Path:
+    """The temporary file beside `path` that `replacing` writes first (hidden, per process)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside `path` for the block to write; renamed over `path` (`os.replace`, atomic)
+    when the block ends, removed when it raises: a kill or an error never leaves half a file at `path`."""
+    path = Path(path)
+    tmp = tmp_name(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+MARK_SUFFIX = ".osd_written"  # beside an output file, hidden: the tool that wrote it and its content
+
+
+def mark_path(path: str | Path) -> Path:
+    """The hidden file beside the output `path` that names the tool that wrote it (`write_output`)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}{MARK_SUFFIX}")
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of the file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_mark(path: Path) -> dict:
+    """The mark beside `path` ({"tool": ..., "sha256": [...]}), or {} when missing or unreadable."""
+    try:
+        mark = json.loads(mark_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return mark if isinstance(mark, dict) else {}
+
+
+def refuse_foreign_file(
+    path: str | Path, flag: str, tool: str, own: Callable[[Path], bool] | None = None
+) -> None:
+    """Raise unless `tool` may write the single output file `path` (given with `flag`): nothing is there
+    yet, or `tool` wrote the file (its mark names `tool` and the file's content, unchanged since), or,
+    unmarked, `own(path)` recognises it as `tool`'s (a format that names its writer). Anything else
+    there (a file another tool or a person wrote, one edited since, a folder, a link) is refused."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_file():
+        kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+        raise DataFileError(f"{flag} {path} is {kind}, not a file {tool} wrote; choose another {flag}")
+    mark = read_mark(path)
+    if mark.get("tool") == tool:
+        if file_sha256(path) in mark.get("sha256", []):
+            return
+        raise DataFileError(
+            f"{flag} {path} was changed since {tool} wrote it; choose another {flag} or move the file away"
+        )
+    if own is None or not own(path):
+        raise DataFileError(
+            f"{flag} {path} exists and {tool} did not write it; choose another {flag} or move the file away"
+        )
+
+
+def write_output(
+    path: str | Path, data: str | bytes, flag: str, tool: str, own: Callable[[Path], bool] | None = None
+) -> Path:
+    """Write the output file `path` of `tool` whole or not at all, after `refuse_foreign_file`, and mark
+    it as `tool`'s so that a later run of `tool` may replace it. Returns the path."""
+    path = Path(path)
+    refuse_foreign_file(path, flag, tool, own)
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    new = hashlib.sha256(data).hexdigest()
+    old = [file_sha256(path)] if path.is_file() else []
+    try:  # the mark admits the old content and the new one while the file is replaced (a kill in between)
+        write_text(mark_path(path), json.dumps({"tool": tool, "sha256": [*old, new]}) + "\n")
+    except OSError as e:  # named as the output: the mark is the tool's own business
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    write_bytes(path, data)
+    write_text(mark_path(path), json.dumps({"tool": tool, "sha256": [new]}) + "\n")
+    return path

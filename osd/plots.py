@@ -14,22 +14,26 @@ the datasets of the stream (from the records' `dataset` field, in stream order),
 from __future__ import annotations
 
 import argparse
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 
 from osd.conversations import load_conversations  # noqa: E402
-from osd.datafiles import refuse_overwrite  # noqa: E402
+from osd.datafiles import refuse_foreign_file, refuse_overwrite, write_bytes, write_output  # noqa: E402
 from osd.distill.callbacks import METRICS_FILE, read_jsonl  # noqa: E402
 from osd.metric_keys import ALPHA, GROUP_KEY, QUERIES_SERVED, upgrade_entry  # noqa: E402
 from osd.user_errors import positive_float, run_main  # noqa: E402
 
 Series = tuple[list[float], list[float]]  # x = queries served, y = alpha
+TOOL = "osd.plots"  # the writer named beside the images it writes
 
 
 def read_log(path: str | Path) -> list[dict]:
@@ -93,17 +97,35 @@ def dataset_bands(datasets: Sequence[str]) -> list[tuple[int, int, str]]:
     return bands
 
 
-def plot_alpha(
+def plot_alpha(runs: dict[str, Series], out: str | Path, **figure: Any) -> Path:
+    """Write `alpha_figure(runs, **figure)` to `out` (whole or not at all; its format from the suffix,
+    PNG without one); returns the path."""
+    out = Path(out)
+    write_bytes(out, alpha_figure(runs, **figure, fmt=image_format(out)))
+    return out
+
+
+def image_format(path: str | Path, flag: str = "--out") -> str:
+    """The image format of the output `path` (given with `flag`): its suffix, PNG without one; raises
+    for a suffix matplotlib cannot write."""
+    fmt = Path(path).suffix[1:].lower() or "png"
+    if fmt not in FigureCanvasBase.get_supported_filetypes():
+        raise ValueError(f"{flag} {path}: matplotlib writes no .{fmt} images; name a .png, .pdf or .svg file")
+    return fmt
+
+
+def alpha_figure(
     runs: dict[str, Series],
-    out: str | Path,
     window: float = 50,
     references: dict[str, float] | None = None,
     bands: Sequence[tuple[int, int, str]] = (),
     title: str = "",
     segment_references: dict[str, Sequence[tuple[int, int, float]]] | None = None,
     styles: dict[str, dict] | None = None,
-) -> Path:
-    """Moving-averaged alpha of each run over queries, with reference lines and dataset bands; writes a PNG.
+    fmt: str = "png",
+) -> bytes:
+    """Moving-averaged alpha of each run over queries, with reference lines and dataset bands: the
+    image's bytes in `fmt` (a matplotlib format).
 
     references: label -> alpha, a dashed line across the plot (e.g. an offline-distilled draft);
     segment_references: label -> [(first query, end query, alpha)], dotted lines over parts of the
@@ -148,11 +170,12 @@ def plot_alpha(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    image = io.BytesIO()
+    try:
+        fig.savefig(image, format=fmt, dpi=120)
+    finally:
+        plt.close(fig)
+    return image.getvalue()
 
 
 def check_served(entries: Sequence[dict], log: str, datasets: list[str], stream: str) -> None:
@@ -203,11 +226,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logs = {f"metrics {m}": Path(m) / METRICS_FILE if Path(m).is_dir() else m for m in args.metrics}
     refuse_overwrite({"--out": args.out}, logs | {"--stream": args.stream})  # a run folder may hold the PNG
+    refuse_foreign_file(args.out, "--out", TOOL)
+    fmt = image_format(args.out)
     labels = args.label or [
         Path(m).parent.name if m.endswith(".jsonl") else Path(m).name for m in args.metrics
     ]
     if len(labels) != len(args.metrics):
-        raise SystemExit(f"--label given {len(labels)} times for {len(args.metrics)} metrics files")
+        raise ValueError(
+            f"--label given {len(labels)} times for {len(args.metrics)} metrics files; give one per file"
+        )
     logs = [read_log(path) for path in args.metrics]
     runs = {label: alpha_series(entries) for label, entries in zip(labels, logs, strict=True)}
     for path, (xs, _) in zip(args.metrics, runs.values(), strict=True):
@@ -224,8 +251,8 @@ def main(argv: list[str] | None = None) -> None:
         for path, entries in zip(args.metrics, logs, strict=True):
             check_served(entries, path, datasets, args.stream)
         bands = dataset_bands(datasets)
-    out = plot_alpha(runs, args.out, args.window, dict(args.reference), bands, args.title)
-    print(f"wrote {out}")
+    image = alpha_figure(runs, args.window, dict(args.reference), bands, args.title, fmt=fmt)
+    print(f"wrote {write_output(args.out, image, '--out', TOOL)}")
 
 
 if __name__ == "__main__":

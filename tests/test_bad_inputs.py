@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.analysis import analyze, record, simulate
 from osd.conversations import load_conversations
+from osd.datafiles import tmp_name
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, workload_path
 from osd.user_errors import run_main
 
@@ -132,7 +133,7 @@ CASES: dict[str, tuple[str, str, int, tuple[str, ...]]] = {
     ),
     "record over a file it did not write (issue 49 probe: replaced, exit status 0)": (
         "record", f"{RECORD} --limit 1 --output {{root}}/notes", 1,
-        ("--output {root}/notes: {root}/notes.jsonl exists and is not a recording; choose another --output",),
+        ("--output {root}/notes.jsonl exists and osd.analysis.record did not write it; choose another --output",),
     ),
     "record on a full disk": (
         "record", f"{RECORD} --limit 1 --max_new_tokens 2 --output {{root}}/full", 1,
@@ -194,8 +195,9 @@ def test_bad_input_is_one_error_line_and_inputs_are_untouched(case, p, capsys, m
     if case == "record on a full disk":
         if not DEV_FULL.exists():
             pytest.skip("no /dev/full here")
-        (p.root / "full.jsonl").unlink(missing_ok=True)
-        (p.root / "full.jsonl").symlink_to(DEV_FULL)
+        tmp = tmp_name(p.root / "full.jsonl")  # the output is written there first, then renamed
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(DEV_FULL)
     if case.endswith("read-only file system") and writable(Path("/sys/osd_run")):
         pytest.skip("/sys is writable here")
     monkeypatch.syspath_prepend(str(DATA_DIR))

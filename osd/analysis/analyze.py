@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from osd.alpha import format_alpha, pooled_alpha
-from osd.datafiles import json_lines, read_text, refuse_overwrite, write_text
+from osd.datafiles import json_lines, read_text, refuse_foreign_file, refuse_overwrite, write_output
 from osd.user_errors import run_main
 
 BRACKETS = re.compile(r"\[(.*?)\]")
@@ -148,6 +148,9 @@ def format_report(summary: dict) -> str:
     return "\n".join(lines)
 
 
+TOOL = "osd.analysis.analyze"  # the writer named beside its --json
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -157,10 +160,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.json:
         refuse_overwrite({"--json": args.json}, {"path": args.path})
+        refuse_foreign_file(args.json, "--json", TOOL)
     summary = summarize(read_iterations(args.path))
     print(format_report(summary))
     if args.json:
-        write_text(args.json, json.dumps(summary, indent=1) + "\n")
+        write_output(args.json, json.dumps(summary, indent=1) + "\n", "--json", TOOL)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from osd.analysis.recording import (
 )
 from osd.analysis.replay_server import ReplayServer, recording_queries, topk_loss, topk_query
 from osd.analysis.simulate import check_draft
-from osd.datafiles import refuse_overwrite
+from osd.datafiles import claim_output_dir, refuse_foreign_file, refuse_overwrite, write_output
 from osd.distill.lm_training import train_lm
 from osd.distill.losses import forward_kl
 from osd.distill.teacher_topk import topk_distillation
@@ -177,6 +177,30 @@ def load_drafter(
     return head, target_model.get_input_embeddings(), load_pretrained(AutoTokenizer, target)
 
 
+TOOL = "osd.analysis.online_replay"  # the writer named beside its outputs
+COMMAND = f"python -m {TOOL}"  # how --out's "command" starts
+
+
+def written_by_replay(path: Path) -> bool:
+    """Whether the JSON file `path` is an --out of this tool (its "command" says so), marked or not."""
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(payload, dict) and str(payload.get("command", "")).startswith(f"{COMMAND} ")
+
+
+def replay_inputs(args: argparse.Namespace, online: OnlineArguments) -> dict[str, str | Path | None]:
+    """Every file or folder the replay reads, by flag: no output may replace one."""
+    inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
+    if args.offline_more:
+        more, conversations = args.offline_more
+        inputs |= dict(zip(("--offline_more", "--offline_more (tensors)"), paths(more), strict=True))
+        inputs["--offline_more (conversations)"] = conversations
+    sources = {"--stream": args.stream, "--draft": args.draft, "--head_path": online.head_path}
+    return inputs | sources | {"--target": args.target}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -227,11 +251,12 @@ def main(argv: list[str] | None = None) -> dict:
     ):
         parser.error("--drafter model replays --draft (with --offline_steps if asked); --drafter head, a head "
                      "(--head_path, --target), without --draft or --offline_steps")  # fmt: skip
-    outputs = {flag: path for flag, path in (("--out", args.out), ("--save_draft", args.save_draft)) if path}
-    if outputs:
-        inputs = dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
-        sources = {"--stream": args.stream, "--draft": args.draft, "--head_path": online.head_path}
-        refuse_overwrite(outputs, inputs | sources | {"--target": args.target})
+    inputs = replay_inputs(args, online)
+    refuse_overwrite({f: p for f, p in (("--out", args.out), ("--save_draft", args.save_draft)) if p}, inputs)
+    if args.out:
+        refuse_foreign_file(args.out, "--out", TOOL, own=written_by_replay)
+    if args.save_draft:
+        claim_output_dir(args.save_draft, TOOL, (), inputs, flag="--save_draft")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     recording = load_recording(args.recording)
@@ -265,14 +290,14 @@ def main(argv: list[str] | None = None) -> dict:
             continue
         print(f"{name:9s} " + "  ".join(f"{g} {format_alpha(a)}" for g, a in result[name].items()))
     if args.out:
-        command = "python -m osd.analysis.online_replay " + " ".join(sys.argv[1:] if argv is None else argv)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        command = f"{COMMAND} " + " ".join(sys.argv[1:] if argv is None else argv)
         path = args.draft or online.head_path or "(a fresh head)"
         draft_path = str(Path(path).resolve()) if Path(path).exists() else path
         payload = {"command": command, "draft": draft_path, "gamma": args.gamma,
                    "max_new_tokens": recording.header["max_new_tokens"], **result,
                    "queries": {"standard": standard, "online": served}}  # fmt: skip
-        Path(args.out).write_text(json.dumps(repo_relative(payload), indent=1) + "\n")
+        text = json.dumps(repo_relative(payload), indent=1) + "\n"
+        write_output(args.out, text, "--out", TOOL, own=written_by_replay)
     return result
 
 

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
 from osd.conversations import load_conversations
-from osd.datafiles import json_lines, read_text, write_text
+from osd.datafiles import json_lines, read_text, refuse_foreign_file, replacing, write_text
 from osd.model_checks import SPECIAL_IDS
 from osd.paths import REPO_ROOT
 
@@ -98,7 +98,8 @@ class Recording:
                 arrays[f"logsumexp.{i}"] = p.logsumexp.float()
             if FEATURES in names:
                 arrays[f"{FEATURES}.{i}"] = p.features
-        save_file({k: v.contiguous() for k, v in arrays.items()}, str(tensors))
+        with replacing(tensors) as tmp:
+            save_file({k: v.contiguous() for k, v in arrays.items()}, str(tmp))
         return jsonl, tensors
 
 
@@ -115,22 +116,25 @@ def paths(stem: str | Path) -> tuple[Path, Path]:
     return stem.with_name(stem.name + ".jsonl"), stem.with_name(stem.name + ".safetensors")
 
 
-def refuse_foreign_output(stem: str | Path, flag: str) -> None:
-    """Raise when the files a recording at `stem` would write exist and are not a recording: a tool
-    writes over an earlier recording only, never over a file it did not write (issue 49, rule 1)."""
-    jsonl, tensors = paths(stem)
-    existing = [p for p in (jsonl, tensors) if p.is_file()]  # not a device (a write there fails as it will)
-    if not existing:
-        return
+RECORDER = "osd.analysis.record"  # the tool that writes recordings
+
+
+def is_recording(path: Path) -> bool:
+    """Whether `path`, either file of a recording, belongs to one: its .jsonl starts with a recording header."""
+    jsonl, _ = paths(path)
     try:
         with jsonl.open(encoding="utf-8") as f:
             first = json.loads(f.readline(HEADER_LIMIT))
     except (OSError, ValueError):
-        first = None
-    if not isinstance(first, dict) or first.get("format") != FORMAT:
-        raise RecordingError(
-            f"{flag} {stem}: {existing[0]} exists and is not a recording; choose another {flag}"
-        )
+        return False
+    return isinstance(first, dict) and first.get("format") == FORMAT
+
+
+def refuse_foreign_output(stem: str | Path, flag: str) -> None:
+    """Raise when a file that a recording at `stem` would write exists and is not a recording's: a
+    recording replaces an earlier recording only (`refuse_foreign_file`)."""
+    for path in paths(stem):
+        refuse_foreign_file(path, flag, RECORDER, own=is_recording)
 
 
 def load_recording(stem: str | Path) -> Recording:

@@ -60,7 +60,7 @@ from osd.analysis.recording import (
     recorded_model,
     tokenizer_identity,
 )
-from osd.datafiles import refuse_overwrite
+from osd.datafiles import refuse_foreign_file, refuse_overwrite, write_output
 from osd.model_checks import load_pretrained
 from osd.models import SERVING_DTYPES
 from osd.paths import repo_relative
@@ -235,26 +235,41 @@ def simulate(
     return results
 
 
+TOOL = "osd.analysis.simulate"  # the writer named beside its outputs
+OUTPUT_FLAGS = ("--output", "--output (text)", "--output (summary)")
+
+
 def output_files(stem: str | Path) -> tuple[Path, Path, Path]:
     """(`{stem}.jsonl`, `{stem}.txt`, `{stem}.summary.json`)."""
     stem = Path(stem)
     return tuple(stem.with_name(stem.name + s) for s in (".jsonl", ".txt", ".summary.json"))
 
 
+def refuse_foreign_outputs(stem: str | Path) -> None:
+    """Raise unless every file `write_outputs` writes at `stem` is new or an earlier simulation's."""
+    for flag, path in zip(OUTPUT_FLAGS, output_files(stem), strict=True):
+        refuse_foreign_file(path, flag, TOOL)
+
+
 def write_outputs(results: Sequence[PromptSimulation], stem: str | Path, meta: dict) -> list[Path]:
-    """`{stem}.jsonl` per iteration, `{stem}.txt` in DSD's format, `{stem}.summary.json`."""
-    jsonl, txt, summary = output_files(stem)
-    jsonl.parent.mkdir(parents=True, exist_ok=True)
+    """`{stem}.jsonl` per iteration, `{stem}.txt` in DSD's format, `{stem}.summary.json`; each written
+    whole, over nothing but an earlier simulation's (`write_output`)."""
+    refuse_foreign_outputs(stem)
     rows = [
         {"prompt": p, "id": r.id, "iteration": t, **asdict(it)}
         for p, r in enumerate(results)
         for t, it in enumerate(r.iterations)
     ]
-    jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    txt.write_text("".join(f"tensor([{row['matched_so_far']}], dtype=torch.int32)\n" for row in rows))
     report = summarize(rows) | {"alpha_topk": topk_summary(results)}
-    summary.write_text(json.dumps(repo_relative(meta | report), indent=1) + "\n", encoding="utf-8")
-    return [jsonl, txt, summary]
+    texts = (
+        "".join(json.dumps(row) + "\n" for row in rows),
+        "".join(f"tensor([{row['matched_so_far']}], dtype=torch.int32)\n" for row in rows),
+        json.dumps(repo_relative(meta | report), indent=1) + "\n",
+    )
+    return [
+        write_output(path, text, flag, TOOL)
+        for flag, path, text in zip(OUTPUT_FLAGS, output_files(stem), texts, strict=True)
+    ]
 
 
 def topk_summary(results: Sequence[PromptSimulation]) -> dict | None:
@@ -321,12 +336,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     refuse_overwrite(
-        dict(
-            zip(("--output", "--output (text)", "--output (summary)"), output_files(args.output), strict=True)
-        ),
+        dict(zip(OUTPUT_FLAGS, output_files(args.output), strict=True)),
         dict(zip(("--recording", "--recording (tensors)"), paths(args.recording), strict=True))
-        | {"--draft": args.draft, "--head_path": args.head_path, "--tokenizer": args.tokenizer},
+        | {
+            "--draft": args.draft,
+            "--head_path": args.head_path,
+            "--tokenizer": args.tokenizer,
+            "--target": args.target,
+        },
     )
+    refuse_foreign_outputs(args.output)
     recording = load_recording(args.recording)
     draft, embed, tokenizer = load_drafter(args, recording)
     results = simulate(recording, draft, tokenizer, args.gamma, args.max_new_tokens, args.recording, embed)

@@ -34,7 +34,7 @@ def test_refuses_to_write_over_its_input_and_to_count_nothing(tmp_path):
     src.write_text(json.dumps([{"id": "0", "conversation": [{"role": "user", "content": "q"}]}]))
     with pytest.raises(Exception, match="input file"):
         token_counts.main(["--data", str(src), "--tokenizer", str(TINY_TEACHER_PATH), "--output", str(src)])
-    with pytest.raises(SystemExit, match="no assistant answers"):
+    with pytest.raises(ValueError, match="no assistant answers"):
         token_counts.main(
             ["--data", str(src), "--tokenizer", str(TINY_TEACHER_PATH), "--output", str(tmp_path / "c.json")]
         )
