@@ -5,8 +5,9 @@ r"""Serve conversation files with `llama-osd-stream` (target-only, speculative, 
         --data_path data/local/sql_eval.json data/local/math_eval.json --limit 5 --label standard
     python -m llamacpp_patches.report runs/llamacpp/*.jsonl     # the table again, over several runs
 
-Writes, under --out_dir: `{label}_queries.json` (the served records) and `{label}.jsonl` (per query:
-target-only, draft-only and speculative lines, from one `--osd-mode both` invocation).
+Writes, under --out_dir: `{label}_queries.json` (the served records), `{label}.jsonl` (per query:
+target-only, draft-only and speculative lines, from one `--osd-mode both` invocation) and `{label}_summary.json`,
+each whole, and only over this tool's own earlier output (a file it did not write is refused before it starts).
 
 Prompts: with `--prompt_source ids` (default) every served record carries `prompt_ids` from
 `osd.prompting.encode_prompt`, so llama.cpp serves exactly the Python side's tokens. With `template`
@@ -33,8 +34,8 @@ from transformers import AutoTokenizer, HfArgumentParser  # noqa: E402
 from llamacpp_patches.gguf_vocab import check_gguf_vocab  # noqa: E402
 from llamacpp_patches.prompts import osd_template, template_mismatches  # noqa: E402
 from llamacpp_patches.report import format_table, load_lines, summarize  # noqa: E402
-from osd.conversations import load_conversations, save_conversations, user_query  # noqa: E402
-from osd.datafiles import refuse_overwrite  # noqa: E402
+from osd.conversations import conversations_text, load_conversations, user_query  # noqa: E402
+from osd.datafiles import refuse_foreign_file, refuse_overwrite, write_output  # noqa: E402
 from osd.model_checks import load_pretrained  # noqa: E402
 from osd.prompting import encode_prompt  # noqa: E402
 from osd.spec import draft_vocab  # noqa: E402
@@ -43,6 +44,7 @@ from osd.user_errors import run_main  # noqa: E402
 
 # what a run writes under --out_dir (the draft vocabulary file only for a sub-vocabulary draft)
 OUTPUTS = "{label}_queries.json {label}.jsonl {label}_summary.json {label}_draft_vocab.json"
+TOOL = "llamacpp_patches.run"  # each output is written only over this tool's own (osd.datafiles.write_output)
 DEFAULT_BINARY = str(Path(__file__).parent / "work" / "llama.cpp" / "build" / "bin" / "llama-osd-stream")
 
 
@@ -166,12 +168,21 @@ def draft_vocab_file(args: StreamArgs, out_dir: Path) -> list[str]:
     ids = config.get(draft_vocab.CONFIG_KEY)
     if not ids:
         return []
-    path = out_dir / f"{args.label}_draft_vocab.json"
-    path.write_text(json.dumps(ids), encoding="utf-8")
+    path = write_output(out_dir / f"{args.label}_draft_vocab.json", json.dumps(ids), "--out_dir", TOOL)
     return ["--osd-draft-vocab", str(path)]
 
 
 def stream(args: StreamArgs, data: Path, out: Path, template: str) -> None:
+    """Serve `data` with the llama.cpp binary; its per-query lines become `out` once it has finished."""
+    partial = out.with_name(f".{out.name}.partial")  # the binary's own file, replaced whole into `out`
+    try:
+        run_binary(args, data, partial, template)
+        write_output(out, partial.read_bytes(), "--out_dir", TOOL)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def run_binary(args: StreamArgs, data: Path, out: Path, template: str) -> None:
     cmd = [
         args.binary, "-m", args.target_gguf, "-md", args.draft_gguf, "-n", str(args.max_new_tokens), "-c", str(args.ctx_size),
         "-t", str(args.threads), "-tb", str(args.threads), "--spec-draft-n-max", str(args.gamma),
@@ -215,9 +226,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.ctx_size is None:
         lengths = [len(encode_prompt(tokenizer, user_query(r))) for r in records]
         args.ctx_size = needed_context(lengths, args.max_new_tokens, args.gamma)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    data = out_dir / f"{args.label}_queries.json"
-    save_conversations(records, data)
+    for name in outputs.values():  # before anything is written: refused files stop the run here
+        refuse_foreign_file(name, "--out_dir", TOOL)
+    data = write_output(
+        out_dir / f"{args.label}_queries.json", conversations_text(records), "--out_dir", TOOL
+    )
     out = out_dir / f"{args.label}.jsonl"
     stream(args, data, out, template)
     lines = load_lines(out)
@@ -228,9 +241,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     rows = summarize(lines)
     print(format_table(rows))
-    (out_dir / f"{args.label}_summary.json").write_text(
-        json.dumps([r.__dict__ for r in rows], indent=1) + "\n", encoding="utf-8"
-    )
+    summary = json.dumps([r.__dict__ for r in rows], indent=1) + "\n"
+    write_output(out_dir / f"{args.label}_summary.json", summary, "--out_dir", TOOL)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,21 @@ def test_an_error_is_one_line_from_the_command_line(ready):
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1].startswith("llamacpp_patches.run: error: --binary ")
+
+
+def test_outputs_are_written_only_over_the_tools_own(ready, tmp_path):
+    """Issue 49 (rule 1): a file in --out_dir that the tool did not write stops the run before anything is
+    written; its own queries file from a failed run is replaced by the next run."""
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="exited with status 3"):
+        main([*ready, "--label", "x"])
+    assert (out / "x_queries.json").is_file() and not (out / "x.jsonl").exists()
+    assert not list(out.glob(".x.jsonl.partial"))  # the binary's own file goes with the failed run
+    with pytest.raises(ValueError, match="exited with status 3"):  # its own file: replaced
+        main([*ready, "--label", "x"])
+    foreign = out / "x_summary.json"
+    foreign.write_text("my notes\n")
+    queries = (out / "x_queries.json").read_bytes()
+    with pytest.raises(ValueError, match=r"x_summary.json exists and llamacpp_patches.run did not write it"):
+        main([*ready, "--label", "x"])
+    assert foreign.read_text() == "my notes\n" and (out / "x_queries.json").read_bytes() == queries
