@@ -100,9 +100,8 @@ def segment_lines(rows: list[dict]) -> dict[str, list[tuple[int, int, float]]]:
 
 def print_tables(rows: list[dict], gamma: int) -> None:
     counts = sorted({len(r["queries"]) for r in rows})
-    print(
-        f"\nlast {'/'.join(map(str, counts))} queries of each domain in the stream (greedy, gamma {gamma}):"
-    )
+    noun = "query" if counts == [1] else "queries"
+    print(f"\nlast {'/'.join(map(str, counts))} {noun} of each domain in the stream (greedy, gamma {gamma}):")
     print(f"{'domain':<10} {'Standard alpha':>15} {'online alpha':>13} {'offline ceiling':>16}")
     for r in rows:
         ceiling = format_alpha(r.get("ceiling"))
