@@ -26,13 +26,12 @@ from transformers import (
 from osd.demo.target import ensure_if_demo_target
 from osd.distill.config import ModelArguments
 from osd.model_checks import check_model_path, check_same_tokenizer, load_pretrained
+from osd.online.config import SERVING_DTYPES as SERVING_DTYPES  # re-exported: one definition
 from osd.online.config import OnlineArguments
 from osd.paths import DRAFT_PATH, TARGET_PATH
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.drafter import Drafter
 from osd.spec.eagle3 import Eagle3Head, load_head
-
-SERVING_DTYPES = ("bfloat16", "float32", "float16")
 
 
 def resolve_dtype(name: str) -> torch.dtype:
