@@ -16,6 +16,9 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.spec.batched import RowCache
+from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.eagle3 import Eagle3Head
+from osd.spec.head_cache import HeadSequence
 from osd.spec.llama_draft import LlamaDraftCache, supports_lean_step
 
 
@@ -140,6 +143,37 @@ def draft_step_time(
         reps,
         rounds,
     )
+
+
+@torch.inference_mode()
+def head_step_time(
+    head: Eagle3Head, target: PreTrainedModel, context: int = 64, reps: int = 30, rounds: int = 5
+) -> float:
+    """Seconds for one step of an EAGLE-3 head's draft chain as `generate` takes it (`HeadSequence`): one token
+    reading the head's own last state, after `context` entries that read the target's features (random ones:
+    latency does not depend on them). c = this / the target's `step_time`."""
+    width = len(head.target_layers) * head.config.hidden_size
+    ids = torch.randint(4, head.config.vocab_size, (1, context + 1), device=head.device)  # [1, T + 1]
+    cache = HeadSequence(head, target.get_input_embeddings())
+    cache.add_features(torch.randn(1, context, width, dtype=head.fc.weight.dtype, device=head.device))
+    cache.forward(ids[:, :context], 1)  # the chain's first step: the target's features
+    return _best_median(
+        lambda: cache.forward(ids[:, context:], 1),
+        lambda: cache.crop(context + 1),  # drop the chain's entry (it read the head's own state)
+        head.device,
+        reps,
+        rounds,
+    )
+
+
+def drafter_step_time(
+    drafter: PreTrainedModel | Eagle3Head, target: PreTrainedModel, context: int = 64, **timing: int
+) -> float:
+    """Seconds for one draft step of either kind of drafter as the engine takes it (`draft_step_time` of a draft
+    model, with its saved sub-vocabulary head installed; `head_step_time` of an EAGLE-3 head)."""
+    if isinstance(drafter, Eagle3Head):
+        return head_step_time(drafter, target, context, **timing)
+    return draft_step_time(apply_draft_vocab(drafter), context, **timing)
 
 
 def machine(device: torch.device | str = "cpu") -> dict[str, object]:

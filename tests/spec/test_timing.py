@@ -1,4 +1,4 @@
-"""osd.spec.timing.machine: what result files record about the machine a timing ran on."""
+"""osd.spec.timing: what result files record about the machine a timing ran on; a head's step."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from osd.spec.timing import machine
+from osd.spec.eagle3 import Eagle3Head
+from osd.spec.timing import drafter_step_time, machine
+from tests.tiny_models import tiny_llama
 
 
 def test_machine_names_this_processor_its_simd_level_and_torch_settings():
@@ -27,3 +29,12 @@ def test_machine_reports_bf16_instructions_as_the_kernel_lists_them():
             flags = set(line.split(":", 1)[1].split())
             break
     assert machine()["cpu_bf16_instructions"] == sorted(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def test_a_heads_step_is_timed_through_the_engines_cache():
+    """drafter_step_time takes a head (`head_step_time`: a chain step of `HeadSequence`, cropped after each call;
+    a failing crop or feed would raise here)."""
+    target = tiny_llama(layers=4)
+    head = Eagle3Head.for_target(target, torch.arange(40))
+    seconds = drafter_step_time(head, target, context=8, reps=3, rounds=1)
+    assert 0 < seconds < 1
