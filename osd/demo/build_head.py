@@ -31,8 +31,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from torch import nn
-from torch.nn.utils import parametrize
 from transformers import AutoModelForCausalLM, HfArgumentParser, PreTrainedModel
 
 from osd.demo.general_corpus import (
@@ -71,13 +69,6 @@ class HeadBuildConfig(GeneralBuildConfig):
     )
     ttt_decay: float = field(default=1.0, metadata={"help": "Weight decay**s of chain step s in the loss."})
     log_every: int = field(default=5, metadata={"help": "Steps between progress lines."})
-    precondition_fc: bool = field(
-        default=False,
-        metadata={
-            "help": "Train fc on its input columns scaled down to a common RMS (the target's massive "
-            "activations); the saved fc is the product, the architecture unchanged."
-        },
-    )
 
 
 @torch.no_grad()
@@ -126,25 +117,6 @@ def init_head(target: PreTrainedModel, token_ids: list[int] | None, seed: int) -
     return head
 
 
-class ColumnScale(nn.Module):
-    """fc's weight [H, K H] as W * scale [K H]: the optimizer steps W, so that an input column of RMS r moves the
-    output as one of RMS r * scale does (Adam's steps are lr-sized whatever the input's scale)."""
-
-    def __init__(self, scale: torch.Tensor) -> None:
-        super().__init__()
-        self.register_buffer("scale", scale)
-
-    def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        return weight * self.scale
-
-
-def feature_scale(teacher: TeacherCache, examples: Sequence[int]) -> torch.Tensor:
-    """Per input column of fc [K H]: the median column RMS over the examples' features / the column's RMS, at most
-    1 (only the massive columns, far above the median, are scaled down)."""
-    rms = torch.cat([teacher(i)["features"].float() for i in examples]).pow(2).mean(0).sqrt()  # [K H]
-    return (rms.median() / rms).clamp(max=1.0)
-
-
 def head_batch_loss(cfg: HeadBuildConfig, target: PreTrainedModel, teacher: TeacherCache) -> BatchLoss:
     """(head, example indices) -> (the training-time test's loss, back-propagated query by query; answer positions)."""
     embed, readout = target.get_input_embeddings(), target.get_output_embeddings().weight
@@ -178,10 +150,6 @@ def build(cfg: HeadBuildConfig) -> dict:
     token_ids, coverage = general_token_ids(cfg, tok) if cfg.draft_vocab_size else (None, 1.0)
     head = init_head(target, token_ids, cfg.seed)
     teacher = TeacherCache(target, head.target_layers, examples, work / "teacher")
-    if cfg.precondition_fc:
-        parametrize.register_parametrization(
-            head.fc, "weight", ColumnScale(feature_scale(teacher, range(16)))
-        )
     metrics |= {"draft_vocab_coverage": coverage, "target_layers": list(head.target_layers),
                 "parameters": num_params(head), "train_examples": len(examples)}  # fmt: skip
     metrics |= train_lm(head, examples, cfg.steps, cfg.batch_size, cfg.lr, cfg.warmup_steps, cfg.seed, "head",
@@ -192,8 +160,6 @@ def build(cfg: HeadBuildConfig) -> dict:
         "epochs": cfg.steps * cfg.batch_size / len(examples),
         "build_seconds_this_run": time.time() - start,
     }
-    if cfg.precondition_fc:
-        parametrize.remove_parametrizations(head.fc, "weight")  # fc.weight = W * scale
     head = head.to(torch.bfloat16)  # served in bf16; no tokenizer: a head has its target's
     publish(cfg, partial(save_head, head, target=target), metrics)
     return metrics
