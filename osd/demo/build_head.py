@@ -12,9 +12,9 @@ top-K.
 
 Training. `osd.online.head_loss.head_distillation_loss`: EAGLE-3's training-time test over --ttt_steps chain steps,
 forward KL to the target renormalised on V', at the answer positions; AdamW with warmup and cosine decay over
-seeded shuffled epochs (`osd.distill.lm_training.train_lm`; its state in `{out_dir}.build/state.pt`: rerunning the
-command after a kill continues with the batches the uninterrupted run would have used, and with more --steps a
-finished build's state goes on training). Initialised as the speculators trainer does: `lm_head` from the target's
+seeded shuffled epochs (`osd.distill.lm_training.train_lm`; its state in `{out_dir}.build/state.pt`, deleted once the
+head is written: rerunning the command after a kill continues with the batches the uninterrupted run would have
+used, and a larger --steps given to a build not yet finished stretches its schedule). Initialised as the speculators trainer does: `lm_head` from the target's
 output embedding at V', and `norm` from the target's final norm, so that the head starts from the target's readout.
 
 Usage:
