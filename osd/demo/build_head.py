@@ -4,8 +4,8 @@ Built as the Standard draft is (`osd.demo.build_draft`, `osd.demo.general_corpus
 wrote itself (queries from its chat template's user prefix, its greedy answers; never the workload, checked and
 recorded), the sub-vocabulary of its most frequent answer tokens, seeded, resumable, written atomically.
 
-Teacher. Each example runs through the target once, teacher-forced, in bf16 as it serves, the first time a batch
-needs it: its input states at the head's three layers [S - 1, 3H] (what verification keeps while serving) and its
+Teacher. Each example runs through the target once, teacher-forced, in bf16 as it serves, before training starts
+(a resumed build computes only those not yet kept): its input states at the head's three layers [S - 1, 3H] (what verification keeps while serving) and its
 final normed states at the answer positions [W, H] are kept in `{out_dir}.build/teacher/{i}.pt` (bf16). The target's
 logits on V' are those final states times its output embedding's rows at V': the full distribution on V', not a
 top-K.
@@ -31,6 +31,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, HfArgumentParser, PreTrainedModel
 
 from osd.demo.general_corpus import (
@@ -106,6 +107,13 @@ class TeacherCache:
         save_atomically(states, path)
         return states
 
+    def fill(self) -> None:
+        """Compute the states of every example not yet kept (the build's one pass of the target, before training:
+        each epoch then costs the head alone)."""
+        missing = [i for i in range(len(self.examples)) if not (self.folder / f"{i}.pt").exists()]
+        for index in tqdm(missing, desc="teacher states", unit="example", mininterval=10):
+            self(index)
+
 
 def init_head(target: PreTrainedModel, token_ids: list[int] | None, seed: int) -> Eagle3Head:
     """A float32 head for `target` whose readout is the target's: lm_head = its output embedding's rows at V', norm
@@ -150,6 +158,7 @@ def build(cfg: HeadBuildConfig) -> dict:
     token_ids, coverage = general_token_ids(cfg, tok) if cfg.draft_vocab_size else (None, 1.0)
     head = init_head(target, token_ids, cfg.seed)
     teacher = TeacherCache(target, head.target_layers, examples, work / "teacher")
+    teacher.fill()
     metrics |= {"draft_vocab_coverage": coverage, "target_layers": list(head.target_layers),
                 "parameters": num_params(head), "train_examples": len(examples)}  # fmt: skip
     metrics |= train_lm(head, examples, cfg.steps, cfg.batch_size, cfg.lr, cfg.warmup_steps, cfg.seed, "head",
