@@ -18,7 +18,7 @@ used, and a larger --steps given to a build not yet finished stretches its sched
 output embedding at V', and `norm` from the target's final norm, so that the head starts from the target's readout.
 
 Usage:
-    python -m osd.demo.build_head                   # osd/demo/models/head/
+    python -m osd.demo.build_head --num_threads 2    # osd/demo/models/head/
     python -m osd.demo.build_head --target osd/demo/models/tiny/teacher --out_dir /tmp/head --steps 6
 """
 
@@ -55,14 +55,17 @@ from osd.user_errors import run_main
 class HeadBuildConfig(GeneralBuildConfig):
     out_dir: str = field(default=str(HEAD_PATH), metadata={"help": "Folder for the finished head."})
     steps: int = field(
-        default=480, metadata={"help": "Optimizer steps (0.64 epochs of the 3000-answer corpus)."}
+        default=6000, metadata={"help": "Optimizer steps (8 epochs of the 3000-answer corpus)."}
     )
     batch_size: int = field(default=4, metadata={"help": "Examples per step."})
     lr: float = field(default=1e-3, metadata={"help": "Peak learning rate."})
     warmup_steps: int = field(default=10, metadata={"help": "Linear warmup, then cosine decay to 10%%."})
-    checkpoint_every: int = field(default=10, metadata={"help": "Steps between resumable checkpoints."})
+    checkpoint_every: int = field(default=50, metadata={"help": "Steps between resumable checkpoints."})
     bf16_autocast: bool = field(
-        default=False, metadata={"help": "bf16 matmuls, float32 weights and optimizer."}
+        default=True,
+        metadata={
+            "help": "bf16 matmuls, float32 weights and optimizer (slower on CPUs without bf16 instructions)."
+        },
     )
     ttt_steps: int = field(
         default=3,
