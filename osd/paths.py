@@ -9,6 +9,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO_ROOT / "osd" / "demo" / "models"
 TARGET_PATH = MODELS_DIR / "target"
 DRAFT_PATH = MODELS_DIR / "draft"
+HEAD_PATH = MODELS_DIR / "head"  # the Standard EAGLE-3 head (osd.demo.build_head)
 TINY_TEACHER_PATH = MODELS_DIR / "tiny" / "teacher"
 TINY_DRAFT_PATH = MODELS_DIR / "tiny" / "draft"
 T5_TEACHER_PATH = MODELS_DIR / "t5" / "teacher"

@@ -5,6 +5,8 @@
 - draft: a general 2 x 256 Llama with the target's tokenizer and an LM head over the 8192 tokens the
   target writes most, distilled here from the target on queries it wrote itself, none of the
   workload's (`osd.demo.build_draft`, committed in `osd/demo/models/draft/`; model card there);
+- head: an EAGLE-3 head over the target's states, built on the same corpus (`osd.demo.build_head`,
+  `osd/demo/models/head/`; not committed yet, see the model card);
 - a tiny pair (`osd/demo/models/tiny/`: a 1.8M-parameter toy teacher and its draft, one small
   SentencePiece tokenizer, `tests.builders.build_tiny_pair`) for tests and llama.cpp fixtures that
   need a trained model in seconds. It is not the default of any tool;

@@ -25,9 +25,8 @@ from osd.prompting import encode_answer, encode_prompt
 
 IGNORE = -100
 Example = tuple[list[int], list[int]]  # (input ids, labels with IGNORE where no loss is taken)
-BatchLoss = Callable[
-    [PreTrainedModel, list[int]], tuple[torch.Tensor, int]
-]  # (model, indices) -> (loss, tokens)
+# (model, indices) -> (loss, tokens); a loss without grad_fn was back-propagated by the BatchLoss itself
+BatchLoss = Callable[[PreTrainedModel, list[int]], tuple[torch.Tensor, int]]
 
 
 def chat_example(tok: PreTrainedTokenizerBase, record: dict, max_length: int) -> Example:
@@ -106,13 +105,15 @@ def train_lm(
     checkpoint_every: int = 50,
     bf16_autocast: bool = False,
     batch_loss: BatchLoss | None = None,
+    log_every: int = 25,
 ) -> dict[str, float]:
     """AdamW over seeded shuffled epochs; resumes from `checkpoint` when it exists.
 
     bf16_autocast: float32 weights and optimizer, bf16 matmuls (about 1.5x faster on CPUs with
     AVX512-BF16 or AMX; the loss is still computed in float32 by the model).
     batch_loss: (model, example indices of the batch) -> (loss, tokens it covers); default: the
-    model's cross-entropy on the collated `examples`.
+    model's cross-entropy on the collated `examples`. A batch_loss may back-propagate its loss itself (part by
+    part, to bound memory) and return it detached.
 
     Returns the mean loss of the last 50 steps, the tokens seen and the wall time of this run.
     """
@@ -132,14 +133,15 @@ def train_lm(
             group["lr"] = lr_at(step, steps, lr, warmup_steps)
         with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16_autocast):
             loss, batch_tokens = (batch_loss or _cross_entropy(examples))(model, indices)
-        loss.backward()
+        if loss.requires_grad:
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         tokens += batch_tokens
         recent = (recent + [loss.item()])[-50:]
         done = step + 1
-        if step % 25 == 0 or done == steps:
+        if step % log_every == 0 or done == steps:
             print(f"[{name}] step {done}/{steps} loss {sum(recent) / len(recent):.3f} tokens {tokens} "
                   f"({(done - start_step) / (time.time() - start):.2f} steps/s)", flush=True)  # fmt: skip
         if checkpoint is not None and (done % checkpoint_every == 0 or done == steps):

@@ -147,15 +147,16 @@ def compact_logits(model: nn.Module) -> Iterator[None]:
 
 def restrict_divergence(divergence: Callable[..., torch.Tensor], token_ids: torch.Tensor | None):
     """`divergence` computed on the token set only: the teacher's logits are gathered at `token_ids`
-    (so renormalised on V'), the student's too unless they already are [..., V'] (compact)."""
+    (so renormalised on V'), and the student's, each unless it already is [..., V'] (compact)."""
     if token_ids is None:
         return divergence
 
     def on_subvocab(student: torch.Tensor, teacher: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        ids = token_ids.to(teacher.device)
-        if student.shape[-1] != ids.numel():
-            student = student.index_select(-1, ids.to(student.device))
-        return divergence(student, teacher.index_select(-1, ids).to(student.device), *args, **kwargs)
+        if student.shape[-1] != token_ids.numel():
+            student = student.index_select(-1, token_ids.to(student.device))
+        if teacher.shape[-1] != token_ids.numel():
+            teacher = teacher.index_select(-1, token_ids.to(teacher.device))
+        return divergence(student, teacher.to(student.device), *args, **kwargs)
 
     return on_subvocab
 

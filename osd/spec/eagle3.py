@@ -41,6 +41,7 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
+from osd.paths import repo_relative
 from osd.spec.draft_vocab import full_vocab_logits
 from osd.spec.llama_draft import KVStore
 
@@ -235,14 +236,14 @@ def save_head(
     head: Eagle3Head, path: str | Path, target: PreTrainedModel | None = None, speculative_tokens: int = 3
 ) -> Path:
     """Write `head` as a speculators-format folder (config.json, model.safetensors) that vLLM loads with
-    `method: "eagle3"`. target: recorded as the verifier (its name or path, architectures); speculative_tokens:
-    the number of proposals vLLM makes by default."""
+    `method: "eagle3"`. target: recorded as the verifier (its name or path, relative inside this repository;
+    architectures); speculative_tokens: the number of proposals vLLM makes by default."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     layer = head.config.to_dict()
     verifier = {"name_or_path": None, "architectures": []}
     if target is not None:
-        verifier = {"name_or_path": target.config.name_or_path or None,
+        verifier = {"name_or_path": repo_relative(target.config.name_or_path) or None,
                     "architectures": list(target.config.architectures or [])}  # fmt: skip
     config = {
         "architectures": ["Eagle3Speculator"],

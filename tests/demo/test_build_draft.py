@@ -1,4 +1,4 @@
-"""The demo builders (draft, T5 pair): seeded, and a run killed mid-way resumes to the same weights as an uninterrupted one."""
+"""The demo builders (draft, head, T5 pair): seeded, and a run killed mid-way resumes to the same weights as an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from transformers import AutoTokenizer, T5ForConditionalGeneration
 
 import osd.distill.lm_training as lm_training
 from osd.demo.build_draft import DraftBuildConfig, build
+from osd.demo.build_head import HeadBuildConfig
+from osd.demo.build_head import build as build_head
 from osd.model_checks import check_same_tokenizer
 from osd.paths import DOMAINS, TINY_TEACHER_PATH, workload_path
 from osd.spec.draft_vocab import count_tokens
@@ -36,9 +38,9 @@ GENERAL = [("How do I stay focused while studying?", "Take short breaks and keep
            ("Explain gravity simply.", "Mass pulls on mass: the Earth pulls you down.")]  # fmt: skip
 
 
-def _config(workload, out) -> DraftBuildConfig:
-    """The tiny teacher stands in for the target; a four-record general corpus and its token counts."""
-    corpus, counts = out.parent / "corpus.json", out.parent / "counts.json"
+def _general_corpus(folder) -> tuple[str, str]:
+    """A four-record general corpus and its token counts (the tiny teacher's tokenizer) in `folder`."""
+    corpus, counts = folder / "corpus.json", folder / "counts.json"
     corpus.write_text(json.dumps([{"id": f"g{i}", "conversation": [{"role": "user", "content": q},
                                                                  {"role": "assistant", "content": a}]}
                                   for i, (q, a) in enumerate(GENERAL)]))  # fmt: skip
@@ -47,10 +49,22 @@ def _config(workload, out) -> DraftBuildConfig:
     counts.write_text(
         json.dumps({"num_tokens": sum(found.values()), "counts": [[t, c] for t, c in found.items()]})
     )
-    return DraftBuildConfig(out_dir=str(out), target=str(TINY_TEACHER_PATH), corpus=str(corpus),
-                            token_counts=str(counts), workload_dir=str(workload), hidden=32, ffn=64, heads=2,
-                            max_positions=64, draft_vocab_size=24, top_k=4, max_length=48, steps=6, batch_size=2,
+    return str(corpus), str(counts)
+
+
+def _config(workload, out) -> DraftBuildConfig:
+    """The tiny teacher stands in for the target."""
+    corpus, counts = _general_corpus(out.parent)
+    return DraftBuildConfig(out_dir=str(out), target=str(TINY_TEACHER_PATH), corpus=corpus, token_counts=counts,
+                            workload_dir=str(workload), hidden=32, ffn=64, heads=2, max_positions=64, draft_vocab_size=24, top_k=4, max_length=48, steps=6, batch_size=2,
                             warmup_steps=2, teacher_batch_size=2, checkpoint_every=2, bf16_autocast=False)  # fmt: skip
+
+
+def _head_config(workload, out) -> HeadBuildConfig:
+    corpus, counts = _general_corpus(out.parent)
+    return HeadBuildConfig(out_dir=str(out), target=str(TINY_TEACHER_PATH), corpus=corpus, token_counts=counts,
+                           workload_dir=str(workload), draft_vocab_size=24, max_length=48, steps=6, batch_size=2,
+                           warmup_steps=2, checkpoint_every=2, ttt_steps=2)  # fmt: skip
 
 
 def _t5_config(workload, out) -> T5BuildConfig:
@@ -63,6 +77,7 @@ def _t5_config(workload, out) -> T5BuildConfig:
 # (builder, config, weight files, checkpoint files): the decoder-only demo draft and the T5 pair
 BUILDERS = {
     "draft": (build, _config, ["model.safetensors"], ["state.pt"]),
+    "head": (build_head, _head_config, ["model.safetensors"], ["state.pt"]),
     "t5": (
         build_t5_pair,
         _t5_config,
@@ -107,13 +122,19 @@ def test_killed_build_resumes_to_the_uninterrupted_weights(
             torch.testing.assert_close(resumed[name], whole[f][name], rtol=0, atol=0)
     assert not (tmp_path / "resumed.build").exists()  # the checkpoints are removed once the models are saved
     metrics = json.loads((tmp_path / "resumed" / "build_metrics.json").read_text())
-    if kind == "draft":
-        assert metrics["parameters"] == sum(t.numel() for t in whole["model.safetensors"].values())
+    if kind in ("draft", "head"):
         assert (
             metrics["overlap_with_workload"]["identical"] == 0
             and metrics["overlap_with_workload"]["corpus_queries"] == 4
         )
+    if kind == "draft":
+        assert metrics["parameters"] == sum(t.numel() for t in whole["model.safetensors"].values())
         assert len(json.loads((tmp_path / "resumed" / "config.json").read_text())["draft_vocab"]) == 24
+    elif kind == "head":  # the d2t/t2d buffers are stored beside the parameters
+        assert metrics["parameters"] + 24 + 3072 == sum(
+            t.numel() for t in whole["model.safetensors"].values()
+        )
+        assert json.loads((tmp_path / "resumed" / "config.json").read_text())["draft_vocab_size"] == 24
     else:
         assert set(metrics["eval_answer_loss"]) == set(DOMAINS)
 

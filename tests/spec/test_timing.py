@@ -1,4 +1,4 @@
-"""osd.spec.timing.machine: what result files record about the machine a timing ran on."""
+"""osd.spec.timing: what result files record about the machine a timing ran on; a head's step."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from osd.spec.timing import machine
+from osd.spec.eagle3 import Eagle3Head
+from osd.spec.timing import draft_step_time, machine
+from tests.tiny_models import tiny_llama
 
 
 def test_machine_names_this_processor_its_simd_level_and_torch_settings():
@@ -36,3 +38,11 @@ def test_machine_records_the_instruction_set_limits_of_an_emulated_cpu(monkeypat
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     monkeypatch.setenv("NUMBA_CPU_NAME", "haswell")
     assert machine()["isa_limits"] == {"ONEDNN_MAX_CPU_ISA": "AVX2", "NUMBA_CPU_NAME": "haswell"}
+
+
+def test_a_heads_step_is_timed_through_the_engines_cache():
+    """draft_step_time takes a head (`head_step_time`: a chain step of `HeadSequence`, cropped after each call;
+    a failing crop or feed would raise here)."""
+    head = Eagle3Head.for_target(tiny_llama(layers=4), torch.arange(40))
+    seconds = draft_step_time(head, context=8, reps=3, rounds=1)
+    assert 0 < seconds < 1
