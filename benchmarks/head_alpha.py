@@ -34,6 +34,7 @@ from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.drafter import Drafter
 from osd.spec.eagle3 import load_head
 from osd.spec.timing import draft_step_time, machine, step_time
+from osd.user_errors import run_main
 
 
 def load_drafter(path: str) -> Drafter:
@@ -97,4 +98,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "benchmarks.head_alpha"))
