@@ -68,6 +68,20 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
 
 
+def assert_diverges_only_at_bf16_tie(out, reference: list[int], context: tuple) -> bool:
+    """`out` (a SpecOutput kept with its target logits) decodes `reference`, or parts from it only where the target's
+    logits tie at bf16 resolution; whether it decoded `reference` whole."""
+    ours = out.generated_ids[0].tolist()
+    i = first_divergence(ours, reference)
+    if i is None:
+        assert len(ours) == len(reference), context
+        return True
+    logits = out.target_logits[i].float()
+    gap = (logits[ours[i]] - logits[reference[i]]).abs()
+    assert gap <= 2 * BF16_EPS * logits.abs().max(), (*context, i, float(gap))
+    return False
+
+
 def assert_same_linear_gradients(linear: torch.nn.Linear, other: torch.nn.Linear, **tolerance) -> None:
     """`other` (a subclass of nn.Linear over a copy of `linear`'s weights) back-propagates as `linear` does."""
     x = torch.randn(3, linear.in_features, requires_grad=True)
