@@ -3,7 +3,8 @@ r"""Engine benchmark: target-only decoding vs HF assisted generation vs `osd.spe
 Same prompts, same gamma, one process. Prints a table and writes JSON with tokens/s, alpha,
 mean accepted length, measured speedup over target-only decoding, the Eq. 2 prediction from the
 measured alpha and c, measured / predicted, and where `osd.spec` spends a step (draft forwards,
-verification, accept/reject, cache bookkeeping, the rest).
+verification, accept/reject, cache bookkeeping, the rest). With --head, an EAGLE-3 head (`osd.spec.eagle3`) serves
+the same prompts at the same gamma in the same run: a row of its own, its c and its Eq. 2 figures.
 
 c is the draft's decode-step time over the target's (single-token forwards with a KV cache);
 verify_cost is the target's (gamma + 1)-token forward over its single-token forward, for the
@@ -13,6 +14,7 @@ Usage:
     python benchmarks/bench_engine.py --threads 1                  # the demo pair (bf16), demo eval prompts
     python benchmarks/bench_engine.py --threads 1 --draft outputs/online_demo/draft --draft_dtype bfloat16
     python benchmarks/bench_engine.py --threads 1 --data_drafts outputs/online_demo/drafts/{domain}
+    python benchmarks/bench_engine.py --threads 1 --head osd/demo/models/head   # beside it, an EAGLE-3 head
     python benchmarks/bench_engine.py --target lmsys/vicuna-7b-v1.3 --draft JackFram/llama-160m \
         --data data/raw_data/spider_validation.json --num_prompts 20 --device cuda --dtype bfloat16
 """
@@ -37,6 +39,7 @@ from osd.paths import TARGET_PATH, repo_relative
 from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.eagle3 import load_head
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.hf_generate import timed_generate
@@ -80,6 +83,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="bf16 on the CPU: target and drafts read oneDNN-packed weights (osd.spec.packed_linear), every "
         "method alike, the target-only baseline included",
     )  # fmt: skip
+    ap.add_argument(
+        "--head", default=None,
+        help="also serve the prompts with this EAGLE-3 head (a speculators-format folder, osd.spec.eagle3) "
+        "beside the draft model, in its stored dtype",
+    )  # fmt: skip
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--output", default="outputs/bench_engine.json")
     args = ap.parse_args(argv)
@@ -95,13 +103,11 @@ def data_draft(args: argparse.Namespace, data_path: str) -> str:
     return args.data_drafts.format(domain=domain)
 
 
-def serve(
-    decoders: dict[int, SpeculativeDecoder], prompts, prompt_drafts, max_new_tokens, eos
-) -> AcceptanceStats:
-    """Each prompt [1, T] served greedily by the decoder of its draft (decoders keyed by id(draft))."""
+def serve(decoders: list[SpeculativeDecoder], prompts, max_new_tokens, eos) -> AcceptanceStats:
+    """Each prompt [1, T] served greedily by its decoder."""
     return AcceptanceStats.from_outputs(
-        [decoders[id(d)].generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos)
-         for ids, d in zip(prompts, prompt_drafts, strict=True)]
+        [decoder.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos)
+         for ids, decoder in zip(prompts, decoders, strict=True)]
     )  # fmt: skip
 
 
@@ -114,6 +120,41 @@ def step_breakdown(stats: AcceptanceStats) -> dict[str, float]:
     return {k: 1e3 * v / stats.num_steps for k, v in parts.items()} | {
         "total": 1e3 * stats.wall_time_s / stats.num_steps
     }
+
+
+def eq2(
+    stats: AcceptanceStats, gamma: int, c: float, verify_cost: float, base_tps: float
+) -> dict[str, float]:
+    """A decoder's Eq. 2 predictions from its measured alpha and c, and the measured speedup over each."""
+    measured = stats.tokens_per_s / base_tps
+    predicted = speedup(stats.alpha, gamma, c)
+    predicted_verify = speedup_measured_verify(stats.alpha, gamma, c, verify_cost)
+    return {"eq2_predicted_speedup": predicted, "measured_over_eq2": measured / predicted,
+            "eq2_measured_verify_predicted_speedup": predicted_verify,
+            "measured_over_eq2_measured_verify": measured / predicted_verify}  # fmt: skip
+
+
+def head_run(
+    args: argparse.Namespace,
+    target,
+    prompts,
+    eos,
+    base_tps: float,
+    context: int,
+    target_step: float,
+    verify_cost: float,
+) -> tuple[tuple, dict]:
+    """The --head row: the head serving every prompt at --gamma; its table row and its JSON entry."""
+    head = load_head(args.head, target.device)
+    head.check_target(target)
+    decoder = SpeculativeDecoder(head, target, gamma=args.gamma)
+    stats = serve([decoder] * len(prompts), prompts, args.max_new_tokens, eos)
+    c = draft_step_time(head, context) / target_step
+    row = ("osd.spec, EAGLE-3 head", stats.tokens_per_s, stats.alpha, stats.mean_accepted_length,
+           stats.tokens_per_s / base_tps)  # fmt: skip
+    entry = {"path": args.head, "generated_tokens": stats.num_generated, "c": c,
+             **eq2(stats, args.gamma, c, verify_cost, base_tps), "step_breakdown_ms": step_breakdown(stats)}  # fmt: skip
+    return row, entry
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -167,9 +208,9 @@ def main(argv: list[str] | None = None) -> dict:
     auto = {id(d): SpeculativeDecoder(d, target, gamma="auto") for d in drafts.values()}
     for decoder in auto.values():
         decoder.policy.measure_costs(decoder.draft, target)  # once, before the timed runs
-    auto_stats = serve(auto, prompts, prompt_drafts, args.max_new_tokens, eos)
+    auto_stats = serve([auto[id(d)] for d in prompt_drafts], prompts, args.max_new_tokens, eos)
     fixed = {id(d): SpeculativeDecoder(d, target, gamma=args.gamma) for d in drafts.values()}
-    stats = serve(fixed, prompts, prompt_drafts, args.max_new_tokens, eos)
+    stats = serve([fixed[id(d)] for d in prompt_drafts], prompts, args.max_new_tokens, eos)
 
     context = int(statistics.median(p.shape[1] for p in prompts)) + args.max_new_tokens // 2
     target_step = step_time(target, context)
@@ -177,8 +218,11 @@ def main(argv: list[str] | None = None) -> dict:
     verify_cost = step_time(target, context, length=args.gamma + 1) / target_step
     base_tps = base_tokens / base_s
     measured = stats.tokens_per_s / base_tps
-    predicted = speedup(stats.alpha, args.gamma, c)
-    predicted_verify = speedup_measured_verify(stats.alpha, args.gamma, c, verify_cost)
+    figures = eq2(stats, args.gamma, c, verify_cost, base_tps)
+    predicted, predicted_verify = (
+        figures["eq2_predicted_speedup"],
+        figures["eq2_measured_verify_predicted_speedup"],
+    )
     rows = [
         ("target only (HF generate)", base_tps, None, None, 1.0),
         ("HF assisted generation", hf_tokens / hf_s, None, None, (hf_tokens / hf_s) / base_tps),
@@ -187,6 +231,10 @@ def main(argv: list[str] | None = None) -> dict:
         ("osd.spec, gamma auto", auto_stats.tokens_per_s, auto_stats.alpha, auto_stats.mean_accepted_length,
          auto_stats.tokens_per_s / base_tps),
     ]  # fmt: skip
+    head = None
+    if args.head:
+        head_row, head = head_run(args, target, prompts, eos, base_tps, context, target_step, verify_cost)
+        rows.append(head_row)
     result = {
         "command": "python benchmarks/bench_engine.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "target": args.target,
@@ -214,10 +262,8 @@ def main(argv: list[str] | None = None) -> dict:
             dict(method=m, tokens_per_s=t, alpha=a, mean_accepted_length=acc, speedup=s)
             for m, t, a, acc, s in rows
         ],
-        "eq2_predicted_speedup": predicted,
-        "measured_over_eq2": measured / predicted,
-        "eq2_measured_verify_predicted_speedup": predicted_verify,
-        "measured_over_eq2_measured_verify": measured / predicted_verify,
+        **figures,
+        "head": head,
         "osd_over_hf_assisted": stats.tokens_per_s / (hf_tokens / hf_s),
         "step_breakdown_ms": step_breakdown(stats),
     }
@@ -239,6 +285,13 @@ def main(argv: list[str] | None = None) -> dict:
         "osd.spec per verification step, ms: "
         + ", ".join(f"{k} {v:.2f}" for k, v in result["step_breakdown_ms"].items())
     )
+    if head is not None:
+        print(
+            f"EAGLE-3 head: c = {head['c']:.3f}; Eq. 2 predicted speedup {head['eq2_predicted_speedup']:.2f} "
+            f"(measured/predicted {head['measured_over_eq2']:.2f}); with measured verify cost "
+            f"{head['eq2_measured_verify_predicted_speedup']:.2f} (measured/predicted "
+            f"{head['measured_over_eq2_measured_verify']:.2f})"
+        )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(repo_relative(result), indent=1) + "\n")
     return result

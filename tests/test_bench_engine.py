@@ -1,15 +1,19 @@
-"""benchmarks/bench_engine.py on the tiny pair: every method emits the target's greedy tokens, and
---data_drafts serves each data file's prompts with its own draft."""
+"""benchmarks/bench_engine.py on the tiny pair: every method emits the target's greedy tokens, --data_drafts
+serves each data file's prompts with its own draft, and --head adds an EAGLE-3 head's row."""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
 from benchmarks.bench_engine import main
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
+from osd.spec.eagle3 import save_head
 from osd.spec.packed_linear import packing_available
+from tests.tiny_models import distilled_head
 
 DATA = [str(WORKLOAD_DIR / "sql_eval.json"), str(WORKLOAD_DIR / "code_eval.json")]
 
@@ -60,3 +64,16 @@ def test_packed_linears_refuse_a_float32_target(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run(tmp_path, "--packed_linears")  # run() serves a float32 target
     assert "--packed_linears packs bf16 weights" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_head_serves_the_same_prompts_beside_the_draft(tmp_path):
+    teacher = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH, dtype=torch.float32)
+    save_head(distilled_head(teacher, vocab_size=1024, steps=40), tmp_path / "head")
+    result = run(tmp_path, "--draft", str(TINY_DRAFT_PATH), "--head", str(tmp_path / "head"))
+    rows = {r["method"]: r for r in result["rows"]}
+    head, entry = rows["osd.spec, EAGLE-3 head"], result["head"]
+    assert entry["generated_tokens"] == result["generated_tokens"]["target_only"]  # greedy: the target's tokens
+    assert 0 <= head["alpha"] <= 1
+    assert entry["path"].endswith("head") and 0 < entry["c"] != result["c"]  # the head's own step, timed
+    assert head["speedup"] == pytest.approx(entry["measured_over_eq2"] * entry["eq2_predicted_speedup"])
