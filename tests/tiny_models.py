@@ -185,16 +185,20 @@ def draft_from_target(target: PreTrainedModel, noise: float, seed: int = 1) -> P
     return draft
 
 
-def recorded_tiny_target(max_new_tokens: int, num_prompts: int = 6, top_k: int = 8):
-    """A 2-layer tiny Llama target and `osd.analysis.record`'s recording of it (top-k kept) on seeded random
-    prompts p0, p1, ...: what replay tests serve against. Returns (target, recording)."""
+def recorded_tiny_target(max_new_tokens: int, num_prompts: int = 6, top_k: int = 8, layers: int = 2,
+                         features: bool = False):  # fmt: skip
+    """A tiny Llama target of `layers` layers and `osd.analysis.record`'s recording of it (top-k kept; with
+    `features`, the states an EAGLE-3 head reads, which needs 4 layers or more) on seeded random prompts p0, p1,
+    ...: what replay tests serve against. Returns (target, recording)."""
     from osd.analysis.record import record_prompts
+    from osd.spec.eagle3 import eagle3_layers
 
-    target = tiny_model("llama", layers=2, seed=3)
+    target = tiny_model("llama", layers=layers, seed=3)
     gen = torch.Generator().manual_seed(0)
     prompts = [(f"p{i}", torch.randint(3, VOCAB, (6,), generator=gen).tolist()) for i in range(num_prompts)]
     header = {"tokenizer": RANDOM_TOKENIZER, "vocab_rows": VOCAB}
-    recording = record_prompts(target, prompts, header, max_new_tokens, eos_token_id=EOS, top_k=top_k)
+    recording = record_prompts(target, prompts, header, max_new_tokens, eos_token_id=EOS, top_k=top_k,
+                               feature_layers=eagle3_layers(layers) if features else ())  # fmt: skip
     return target, recording
 
 

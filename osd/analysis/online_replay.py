@@ -21,7 +21,8 @@ chosen one is then run for real.
 With --drafter head the drafter is an EAGLE-3 head (--head_path, or a fresh one for --target): the recording must
 keep the target's states (`record --features`); its target distribution is the top-K with the rest spread evenly.
 --online_rejected_weight adds Aurora's term on the rejected proposals: run it with 0 and with a weight to measure
-the two recipes on one recording.
+the two recipes on one recording. --offline_steps draws a head's offline ceiling as a draft's (its training-time test
+on the group's earlier queries).
 
     python -m osd.analysis.online_replay --recording REC --stream STREAM --drafter head --head_path HEAD \
         --online_rejected_weight 0.5 --out outputs/replay_head_aurora.json
@@ -43,6 +44,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from osd.alpha import format_alpha, pooled_alpha
 from osd.analysis.recording import (
+    PromptRecord,
     Recording,
     check_same_target,
     load_recording,
@@ -51,10 +53,16 @@ from osd.analysis.recording import (
     stream_groups,
     tokenizer_identity,
 )
-from osd.analysis.replay_server import ReplayServer, recording_queries, topk_loss, topk_query
+from osd.analysis.replay_server import (
+    ReplayServer,
+    recording_queries,
+    replayed_feature_query,
+    topk_loss,
+    topk_query,
+)
 from osd.analysis.simulate import check_draft
 from osd.datafiles import claim_output_dir, refuse_foreign_file, refuse_overwrite, write_output
-from osd.distill.lm_training import train_lm
+from osd.distill.lm_training import BatchLoss, train_lm
 from osd.distill.losses import forward_kl
 from osd.distill.teacher_topk import topk_distillation
 from osd.model_checks import load_pretrained
@@ -110,9 +118,30 @@ def replay(
             for r, q, w in zip(recording.prompts, state.queries, server.wrong, strict=True)]  # fmt: skip
 
 
+def ceiling_training(
+    records: list[PromptRecord], draft: Drafter, vocab: int, embed: nn.Module | None
+) -> tuple[list, BatchLoss]:
+    """(training items, their batch loss) for an offline ceiling on `records`, at every output position against
+    the target's top-K: soft cross-entropy for a draft model, the head's distillation loss (its training-time
+    test, `osd.online.head_loss`) for a head."""
+    every = [list(range(len(r.output_ids))) for r in records]
+    if not isinstance(draft, Eagle3Head):
+        kept = [topk_query(r, at) for r, at in zip(records, every, strict=True)]
+        examples = [q.example for q in kept]
+        return examples, topk_distillation(examples, [q.target for q in kept])
+    queries = [replayed_feature_query(r, at, [], vocab) for r, at in zip(records, every, strict=True)]
+    head_loss = partial(head_distillation_loss, embed=embed, divergence=forward_kl)
+
+    def loss(head: Eagle3Head, indices: list[int]) -> tuple[torch.Tensor, int]:
+        batch = [queries[i] for i in indices]
+        return head_loss(head, batch, torch.Tensor.backward), sum(len(q.positions) for q in batch)
+
+    return queries, loss
+
+
 def offline_ceiling(
     recording: Recording,
-    draft: PreTrainedModel,
+    draft: Drafter,
     draft_tokenizer: dict,
     gamma: int,
     groups: list[str],
@@ -122,15 +151,17 @@ def offline_ceiling(
     learning_rate: float = 1e-3,
     seed: int = 0,
     serve_dtype: str = "float32",
+    embed: nn.Module | None = None,
 ) -> dict[str, float]:
     """Per group, the alpha offline distillation reaches on the queries `summarize` reports (the group's
-    last third of the stream), never trained on: a copy of `draft` distilled on the group's earlier
-    queries and, from `more` (a recording and its groups), more of the group's training queries (those
-    whose ids are not in the stream: `more` may be a larger recording of the same file), at every
-    output position against the target's top-K (`steps` AdamW steps, warmup then cosine), served in
-    `serve_dtype`."""
+    last third of the stream), never trained on: a copy of `draft` (a draft model, or a head reading the target's
+    recorded states, `embed` the target's input embedding) distilled on the group's earlier queries and, from
+    `more` (a recording and its groups), more of the group's training queries (those whose ids are not in the
+    stream: `more` may be a larger recording of the same file), at every output position against the target's
+    top-K (`steps` AdamW steps, warmup then cosine), served in `serve_dtype`."""
     more_records, more_groups = more if more is not None else (Recording(recording.header, []), [])
     in_stream = {r.id for r in recording.prompts}  # `more` may overlap the stream: its tail must stay unseen
+    vocab = check_draft(recording, draft, draft_tokenizer, "--recording")
     out = {}
     for group in dict.fromkeys(groups):
         records = [r for r, g in zip(recording.prompts, groups, strict=True) if g == group]
@@ -140,15 +171,13 @@ def offline_ceiling(
             for r, g in zip(more_records.prompts, more_groups, strict=True)
             if g == group and r.id not in in_stream
         ]
-        kept = [topk_query(r, list(range(len(r.output_ids)))) for r in records[:-held_out] + extra]
         student = copy.deepcopy(draft)
-        examples = [q.example for q in kept]
-        loss = topk_distillation(examples, [q.target for q in kept])
-        train_lm(student, examples, steps, batch_size, learning_rate, max(1, steps // 10), seed, f"ceiling-{group}",
+        items, loss = ceiling_training(records[:-held_out] + extra, student, vocab, embed)
+        train_lm(student, items, steps, batch_size, learning_rate, max(1, steps // 10), seed, f"ceiling-{group}",
                  batch_loss=loss)  # fmt: skip
         tail = Recording(recording.header, records[-held_out:])
         static = replace(PRESET, online_update_interval=0, draft_serving_dtype=serve_dtype)
-        served = replay(tail, student, draft_tokenizer, gamma, static, learn=False)
+        served = replay(tail, student, draft_tokenizer, gamma, static, learn=False, embed=embed)
         out[group] = summarize(served, [group] * len(served), tail_fraction=1.0)[group]
     return out
 
@@ -246,11 +275,9 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(
             "--offline_more adds training queries to the offline ceiling: pass --offline_steps N too"
         )
-    if (online.drafter == "model") != (args.draft is not None) or (
-        online.drafter == "head" and args.offline_steps
-    ):
-        parser.error("--drafter model replays --draft (with --offline_steps if asked); --drafter head, a head "
-                     "(--head_path, --target), without --draft or --offline_steps")  # fmt: skip
+    if (online.drafter == "model") != (args.draft is not None):
+        parser.error("--drafter model replays --draft; --drafter head, a head (--head_path, --target), "
+                     "without --draft")  # fmt: skip
     inputs = replay_inputs(args, online)
     refuse_overwrite({f: p for f, p in (("--out", args.out), ("--save_draft", args.save_draft)) if p}, inputs)
     if args.out:
@@ -284,7 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
             more = more_recording, stream_groups(more_recording, *args.offline_more, "--offline_more")
         result["offline"] = offline_ceiling(recording, standard_draft, tokenizer, args.gamma, groups,
                                             args.offline_steps, more, seed=args.seed,
-                                            serve_dtype=online.draft_serving_dtype or "float32")  # fmt: skip
+                                            serve_dtype=online.draft_serving_dtype or "float32", embed=embed)  # fmt: skip
     for name in ("standard", "online", "offline"):
         if name not in result:
             continue

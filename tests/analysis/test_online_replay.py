@@ -29,7 +29,7 @@ from osd.datafiles import DataFileError
 from osd.distill.lm_training import IGNORE
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH, WORKLOAD_DIR
 from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.eagle3 import load_head, save_head
+from osd.spec.eagle3 import Eagle3Head, load_head, save_head
 from tests.tiny_models import RANDOM_TOKENIZER, distilled_head, draft_from_target, recorded_tiny_target
 
 
@@ -146,6 +146,22 @@ def test_offline_ceiling_learns_what_it_is_given(stream):
     ceiling = offline_ceiling(recording, draft, RANDOM_TOKENIZER, 3, groups, steps=30, more=(more, groups),
                               batch_size=3, learning_rate=1e-2)  # fmt: skip
     standard = summarize(replay(recording, draft, RANDOM_TOKENIZER, 3, PRESET, learn=False), groups)
+    assert set(ceiling) == {"a", "b"}
+    assert all(ceiling[g] > standard[g] for g in ("a", "b")), (ceiling, standard)
+
+
+def test_a_heads_offline_ceiling_learns_what_it_is_given():
+    """--drafter head --offline_steps: a fresh head distilled on the tails' twins (the target's recorded states and
+    top-K) drafts the tails better than it did untrained."""
+    target, recording = recorded_tiny_target(24, layers=4, features=True)
+    head, embed = Eagle3Head.for_target(target).float(), target.get_input_embeddings()
+    groups = ["a"] * 3 + ["b"] * 3
+    more = Recording(recording.header, other_queries(recording.prompts))
+    ceiling = offline_ceiling(recording, head, RANDOM_TOKENIZER, 3, groups, steps=30, more=(more, groups),
+                              batch_size=3, learning_rate=1e-2, embed=embed)  # fmt: skip
+    standard = summarize(
+        replay(recording, head, RANDOM_TOKENIZER, 3, PRESET, learn=False, embed=embed), groups
+    )
     assert set(ceiling) == {"a", "b"}
     assert all(ceiling[g] > standard[g] for g in ("a", "b")), (ceiling, standard)
 
