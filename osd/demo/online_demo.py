@@ -33,6 +33,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 if __name__ == "__main__":  # the main job's process, before torch's first allocation (as osd.train)
@@ -54,7 +55,7 @@ from osd.distill.subvocab import has_tied_draft_vocab
 from osd.model_checks import check_same_tokenizer
 from osd.models import load_head_drafter, load_model, load_tokenizer
 from osd.online.config import OnlineArguments, add_online_flags, online_arguments
-from osd.online.records import tail_length
+from osd.online.records import QueryStats, tail_length
 from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
@@ -70,7 +71,8 @@ PRESET = OnlineArguments(
     online_eval_interval=1, online_steps_per_update=4, online_loss_positions="all",
     online_background_update=True, draft_serving_dtype="bfloat16",
 )  # fmt: skip
-OUTPUTS = ("alpha.png", "summary.json", "metrics.jsonl", "stream.json", "draft", "drafts")
+OUTPUTS = ("alpha.png", "summary.json", "metrics.jsonl", "stream.json", "draft", "drafts", "head")
+HEAD_LEARNING_RATE = 1e-4
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -92,6 +94,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="osd.analysis.online_replay --offline_steps result recorded on this stream and draft ('none': no line)")  # fmt: skip
     add_online_flags(parser, PRESET)
     add("--learning_rate", type=non_negative_float, default=1e-4)
+    add("--compare_head", default=None, metavar="HEAD",
+        help="also serve the same stream with this EAGLE-3 head (a speculators-format folder, osd.spec.eagle3) in "
+        "the draft model's place, after it, on the same start-up choice: its tables, costs and plot beside the "
+        "draft model's, its outputs in --output_dir/head")  # fmt: skip
+    add("--head_learning_rate", type=non_negative_float, default=HEAD_LEARNING_RATE,
+        help="--compare_head: the head's online learning rate")  # fmt: skip
+    add("--head_ceiling", default="none",
+        help="--compare_head: the head's offline ceiling, as --ceiling (online_replay --drafter head --offline_steps)")  # fmt: skip
     add("--kl_method", default="forward")
     add("--draft_vocab_rows_only", action=argparse.BooleanOptionalAction, default=True,
         help="of the draft's tied embedding, train only the rows its sub-vocabulary head scores")  # fmt: skip
@@ -129,6 +139,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(str(e))
     if not 0 < args.expected_alpha < 1 or args.max_gamma < 1:
         parser.error(f"--expected_alpha must lie in (0, 1) and --max_gamma be >= 1, got {args.expected_alpha}, {args.max_gamma}")  # fmt: skip
+    if args.compare_head and args.drafter != "model":
+        parser.error("--compare_head serves a head beside the draft model: leave --drafter at 'model'")
     args.tail = args.tail or tail_length(args.per_domain)
     return args
 
@@ -154,6 +166,71 @@ def main(argv: list[str] | None = None) -> dict:
         return run(args, out, sys.argv[1:] if argv is None else argv)
 
 
+@dataclass
+class DrafterRun:
+    """One drafter's pass over the stream: what the report reads."""
+
+    queries: list[QueryStats]  # per query served online, in stream order
+    rows: list[dict]  # `report.tail_rows`, per domain
+    costs: dict[str, float | None]  # `report.machine_costs`
+    updates: int
+    shares: dict[str, float]  # update time on the serving path and in the background, over serving time
+    plot: Path
+
+
+def serve_online(
+    args: argparse.Namespace, online: OnlineArguments, out: Path, learning_rate: float, models: tuple,
+    ceiling_path: str, stream: list[dict], dataset: ConversationDataset, layout, prompt_tokens: int,
+    alone: list[dict] | None = None,
+) -> DrafterRun:  # fmt: skip
+    """Serve the stream online with one drafter (models: the drafter that learns, its untouched serving copy, the
+    served target, the target as it decodes fastest alone, the tokenizer), then its Standard SD on each domain's
+    tail; the target alone is timed there too, unless `alone` holds an earlier pass's rows on the same queries.
+    The tables' ceiling is read from `ceiling_path`; its draft, block drafts and metrics go in `out`."""
+    draft, standard, teacher, baseline, tokenizer = models
+    if layout.dtype == "bfloat16" and layout.retype is not None:  # the drafts' bf16 serving copies alike
+        for model in (draft, standard):
+            layout.retype(model)
+    rows_only = (online.drafter == "model" and args.draft_vocab_rows_only and not args.freeze_embeddings
+                 and has_tied_draft_vocab(draft))  # fmt: skip
+    training_args = DistillTrainingArguments(
+        output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
+        learning_rate=learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0,
+        max_grad_norm=0.0, kl_method=args.kl_method, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
+        freeze_embeddings=args.freeze_embeddings, draft_vocab_rows_only=rows_only, eval_on_start=False,
+        save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=args.run_name, use_cpu=args.device == "cpu",
+        disable_tqdm=True, seed=0, **vars(online),
+    )  # fmt: skip
+    blocks = out / "drafts" if args.stream == "abrupt" else None
+    run_info = {"student_model_path": args.draft if online.drafter == "model" else online.head_path,
+                "teacher_model_path": args.target,
+                "data_path": str(out.resolve() / "stream.json"),
+                "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}"}  # fmt: skip
+    trainer = build_trainer(training_args, draft, teacher, tokenizer, dataset, run_info=repo_relative(run_info),
+                            callbacks=[StreamProgress(stream, blocks, lag=int(online.online_background_update))])  # fmt: skip
+    trainer.remove_callback(PrinterCallback)  # the progress bar shows alpha; no dict per query
+    trainer.train()
+    trainer.save_model(str(out / "draft"))
+    state = trainer.loop.state  # the run's records: one QueryStats per query served
+
+    decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
+    rows = report.tail_rows(
+        stream, dataset, state.queries, decoder, baseline, tokenizer.eos_token_id, args, alone
+    )
+    costs = report.machine_costs(standard, teacher, baseline, args.gamma, prompt_tokens, rows)
+    drafter_path = args.draft if online.drafter == "model" else online.head_path
+    ceiling = report.recorded_ceiling(ceiling_path, stream, args, drafter_path) if drafter_path else None
+    for r in rows if ceiling else ():
+        r["ceiling"] = ceiling[r["domain"]]
+    name = TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name
+    png = report.plot_run(
+        state.queries, rows, stream, out / "alpha.png", name, args, online.online_update_interval
+    )
+    shares = {"update_time_share": state.update_time_s / state.serve_time_s,
+              "background_update_share": state.background_update_time_s / state.serve_time_s}  # fmt: skip
+    return DrafterRun(state.queries, rows, costs, state.updates, shares, png)
+
+
 def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     start = time.perf_counter()
     online = online_arguments(args, online_alpha_window=args.tail)
@@ -176,56 +253,44 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     )  # fmt: skip
     print("\n".join(["serving configuration, measured at start-up:", *choice.lines()]), flush=True)
     args.gamma, teacher, baseline = choice.gamma, targets[choice.layout], targets[choice.baseline]
-    layout = LAYOUTS[choice.layout]
-    if layout.dtype == "bfloat16" and layout.retype is not None:  # the drafts' bf16 serving copies alike
-        for model in (draft, standard):
-            layout.retype(model)
-    rows_only = (online.drafter == "model" and args.draft_vocab_rows_only and not args.freeze_embeddings
-                 and has_tied_draft_vocab(draft))  # fmt: skip
-    training_args = DistillTrainingArguments(
-        output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
-        learning_rate=args.learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0,
-        max_grad_norm=0.0, kl_method=args.kl_method, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
-        freeze_embeddings=args.freeze_embeddings, draft_vocab_rows_only=rows_only, eval_on_start=False,
-        save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=args.run_name, use_cpu=args.device == "cpu",
-        disable_tqdm=True, seed=0, **vars(online),
-    )  # fmt: skip
-    blocks = out / "drafts" if args.stream == "abrupt" else None
-    run_info = {"student_model_path": args.draft if online.drafter == "model" else online.head_path,
-                "teacher_model_path": args.target,
-                "data_path": str(out.resolve() / "stream.json"),
-                "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}"}  # fmt: skip
-    trainer = build_trainer(training_args, draft, teacher, tokenizer, dataset, run_info=repo_relative(run_info),
-                            callbacks=[StreamProgress(stream, blocks, lag=int(online.online_background_update))])  # fmt: skip
-    trainer.remove_callback(PrinterCallback)  # the progress bar shows alpha; no dict per query
-    trainer.train()
-    trainer.save_model(str(out / "draft"))
-    run = trainer.loop.state  # the run's records: one QueryStats per query served
+    common = (stream, dataset, LAYOUTS[choice.layout], prompt_tokens)
+    models = (draft, standard, teacher, baseline, tokenizer)
+    main_run = serve_online(args, online, out, args.learning_rate, models, args.ceiling, *common)
+    head_run = None
+    if args.compare_head:  # the same stream, machine and choice, with the head in the draft model's place
+        head_online = replace(online, drafter="head", head_path=args.compare_head)
+        head, head_standard = load_drafts(args, head_online, tokenizer)
+        models = (head, head_standard.to(args.device), teacher, baseline, tokenizer)
+        head_run = serve_online(args, head_online, out / "head", args.head_learning_rate, models, args.head_ceiling,
+                                *common, alone=main_run.rows)  # fmt: skip
 
-    decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
-    rows = report.tail_rows(stream, dataset, run.queries, decoder, baseline, tokenizer.eos_token_id, args)
-    costs = report.machine_costs(standard, teacher, baseline, args.gamma, prompt_tokens, rows)
-    drafts = online.drafter == "model"  # a recorded ceiling is the draft model's
-    ceiling = report.recorded_ceiling(args.ceiling, stream, args) if drafts else None
-    for r in rows if ceiling else ():
-        r["ceiling"] = ceiling[r["domain"]]
-    name = TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name
-    png = report.plot_run(
-        run.queries, rows, stream, out / "alpha.png", name, args, online.online_update_interval
-    )
-    shares = {"update_time_share": run.update_time_s / run.serve_time_s,
-              "background_update_share": run.background_update_time_s / run.serve_time_s}  # fmt: skip
     command = "python -m osd.demo.online_demo " + " ".join(argv)
-    summary = {"command": command.strip(), "machine": machine(args.device), "costs": costs, "wall_s": time.perf_counter() - start,
-               "args": vars(args), "domains": rows, "plot": str(png), "updates": run.updates,
-               "serving": choice.summary(), **shares}  # fmt: skip
+    summary = {"command": command.strip(), "machine": machine(args.device), **run_summary(main_run),
+               "wall_s": time.perf_counter() - start, "args": vars(args), "serving": choice.summary()}  # fmt: skip
+    if head_run is not None:
+        summary["head"] = {"head_path": args.compare_head, **run_summary(head_run)}
     (out / "summary.json").write_text(json.dumps(repo_relative(summary), indent=1))
-    report.print_tables(rows, args.gamma)
-    report.print_costs(costs, summary["machine"], args.gamma, choice.layout, choice.baseline)
-    print(f"update time / serving time: {shares['update_time_share']:.3f} on the serving path, "
-          f"{shares['background_update_share']:.3f} in the background ({run.updates} updates)")  # fmt: skip
-    print(f"plot: {png}")
+    drafter = "draft model" if online.drafter == "model" else "EAGLE-3 head"
+    for label, result in ((drafter, main_run), ("EAGLE-3 head", head_run)):
+        if result is None:
+            continue
+        print(f"\n=== {label}{' (--compare_head, the same stream)' if result is head_run else ''} ===")
+        report.print_tables(result.rows, args.gamma)
+        report.print_costs(result.costs, summary["machine"], args.gamma, choice.layout, choice.baseline)
+        print(f"update time / serving time: {result.shares['update_time_share']:.3f} on the serving path, "
+              f"{result.shares['background_update_share']:.3f} in the background ({result.updates} updates)")  # fmt: skip
+        print(f"plot: {result.plot}")
+    if head_run is not None:
+        print("\nside by side, all domains' tails, speedup over the target alone (Standard SD, online SD): "
+              + "; ".join(f"{label} {report.speedups(result.rows)}"
+                          for label, result in ((drafter, main_run), ("EAGLE-3 head", head_run))))  # fmt: skip
     return summary
+
+
+def run_summary(result: DrafterRun) -> dict:
+    """A drafter's pass as summary.json keeps it."""
+    return {"costs": result.costs, "domains": result.rows, "plot": str(result.plot), "updates": result.updates,
+            **result.shares}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -24,32 +24,40 @@ from osd.spec.timing import prefill_time, step_time
 
 @torch.inference_mode()
 def serve_tail(
-    decoder: SpeculativeDecoder, baseline, prompts: list[list[int]], max_new_tokens: int, eos: int
-) -> dict:
+    decoder: SpeculativeDecoder, baseline, prompts: list[list[int]], max_new_tokens: int, eos: int,
+    alone: dict | None = None,
+) -> dict:  # fmt: skip
     """Serve prompts with `decoder` and with the target alone (`baseline`: the target as it decodes fastest
-    alone); alpha and (tokens, seconds) of each."""
+    alone; or its tokens and seconds from `alone`, an earlier `serve_tail` on the same prompts); alpha and
+    (tokens, seconds) of each."""
     outs = [
         decoder.generate(torch.tensor([p]), max_new_tokens=max_new_tokens, eos_token_id=eos) for p in prompts
     ]
+    stats = AcceptanceStats.from_outputs(outs)
+    sd = {"alpha": stats.alpha, "sd_tokens": stats.num_generated, "sd_s": stats.wall_time_s}
+    if alone is not None:
+        return sd | {"target_tokens": alone["target_tokens"], "target_s": alone["target_s"]}
     baseline_tokens, baseline_s = 0, 0.0
     for p in prompts:
         start = time.perf_counter()
         baseline_tokens += len(target_only_greedy(baseline, torch.tensor([p]), max_new_tokens, eos))
         baseline_s += time.perf_counter() - start
-    stats = AcceptanceStats.from_outputs(outs)
-    return {"alpha": stats.alpha, "sd_tokens": stats.num_generated, "sd_s": stats.wall_time_s,
-            "target_tokens": baseline_tokens, "target_s": baseline_s}  # fmt: skip
+    return sd | {"target_tokens": baseline_tokens, "target_s": baseline_s}
 
 
 def tail_rows(stream: list[dict], dataset, queries: list[QueryStats], decoder: SpeculativeDecoder, baseline, eos: int,
-              args) -> list[dict]:  # fmt: skip
+              args, alone: list[dict] | None = None) -> list[dict]:  # fmt: skip
     """Per domain, its last --tail queries: the online run's alpha and latency on them, and Standard SD's
-    and the target alone's (`baseline`), served now."""
+    and the target alone's (`baseline`), served now; the target alone's taken from `alone` (an earlier pass's
+    rows over the same queries) when given."""
     rows = []
-    for domain in tqdm(args.domains, desc="Standard SD and the target alone on the same queries"):
+    for k, domain in enumerate(
+        tqdm(args.domains, desc="Standard SD and the target alone on the same queries")
+    ):
         indices = last_of_domain(stream, domain, args.tail)
         prompts = [dataset[i]["prompt_ids"] for i in indices]
-        standard = serve_tail(decoder, baseline, prompts, args.max_new_tokens, eos)
+        earlier = None if alone is None else alone[k]["standard"]
+        standard = serve_tail(decoder, baseline, prompts, args.max_new_tokens, eos, earlier)
         rows.append(
             {
                 "domain": domain,
@@ -114,6 +122,12 @@ def print_tables(rows: list[dict], gamma: int) -> None:
         print(
             f"{r['domain']:<10} {base:>12.1f} {std:>10.1f} ({std / base:.2f}x) {onl:>10.1f} ({onl / base:.2f}x)"
         )
+
+
+def speedups(rows: list[dict]) -> str:
+    """Standard SD's and online SD's speedups over the target alone on all the rows' queries, as printed."""
+    base, std, onl = tokens_per_s(total_row(rows))
+    return f"{std / base:.2f}x, {onl / base:.2f}x"
 
 
 def tokens_per_s(row: dict) -> tuple[float, float, float]:
@@ -193,16 +207,19 @@ def alpha_points(queries: list[QueryStats]) -> tuple[list[float], list[float]]:
     return [float(n) for n, a in points if a is not None], [a for _, a in points if a is not None]
 
 
-def recorded_ceiling(path: str, stream: list[dict], args: argparse.Namespace) -> dict[str, float] | None:
+def recorded_ceiling(
+    path: str, stream: list[dict], args: argparse.Namespace, drafter: str
+) -> dict[str, float] | None:
     """Per-domain alpha of the offline-distilled ceiling from an `osd.analysis.online_replay
-    --offline_steps` result, if it was recorded on this very stream, draft, gamma and answer length, over
-    the tail the tables compare (the last third of each block); else None, with a note."""
+    --offline_steps` result, if it was recorded on this very stream, drafter (a draft model's or a head's
+    folder), gamma and answer length, over the tail the tables compare (the last third of each block); else
+    None, with a note."""
     if path == "none" or not Path(path).is_file():
         return None
     recorded = json.loads(Path(path).read_text())
     same = {
         "stream": [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream],
-        "draft": (REPO_ROOT / recorded["draft"]).resolve() == Path(args.draft).resolve(),
+        "draft": (REPO_ROOT / recorded["draft"]).resolve() == Path(drafter).resolve(),
         "gamma": recorded.get("gamma") == args.gamma,
         "max_new_tokens": recorded.get("max_new_tokens") == args.max_new_tokens,
         "tail": args.tail == tail_length(args.per_domain),

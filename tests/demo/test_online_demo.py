@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from osd.conversations import load_conversations, record_groups
 from osd.cost_model import query_time, speedup_measured_verify
@@ -13,7 +14,7 @@ from osd.demo.online_demo import main, parse_args
 from osd.demo.report import print_costs
 from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
-from osd.spec.eagle3 import load_head
+from osd.spec.eagle3 import Eagle3Head, load_head, save_head
 from osd.spec.serving_choice import available_layouts
 from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
 
@@ -74,6 +75,39 @@ def test_online_demo_with_a_head_serves_distils_and_saves_it(tmp_path):
     assert summary["costs"]["c"] > 0  # a step of the head's chain, timed
     for folder in (out / "draft", out / "drafts" / "sql", out / "drafts" / "code"):
         assert load_head(folder).target_layers == (1, 2, 3)
+
+
+def test_compare_head_serves_the_same_stream_with_a_head_beside_the_draft_model(tmp_path, capsys):
+    """--compare_head: after the draft model, the head serves the same stream on the same start-up choice; its tails
+    are the same queries, the target alone is timed once for both, and each drafter has its tables and outputs."""
+    head_path = tmp_path / "head_in"
+    save_head(Eagle3Head.for_target(AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)), head_path)
+    out = tmp_path / "demo"
+    summary = main(["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
+                    "--domains", "sql", "code", "--per_domain", "2", "--tail", "1", "--max_new_tokens", "8",
+                    "--compare_head", str(head_path), "--head_learning_rate", "1e-3", "--output_dir", str(out)])  # fmt: skip
+    head = summary["head"]
+    assert head["head_path"].endswith("head_in") and head["updates"] == summary["updates"] == 4
+    for model_row, head_row in zip(summary["domains"], head["domains"], strict=True):
+        assert model_row["queries"] == head_row["queries"]
+        for key in ("target_tokens", "target_s"):  # the target alone, timed once
+            assert head_row["standard"][key] == model_row["standard"][key]
+        # greedy: the head's Standard SD and online SD emit the target's tokens
+        assert (
+            head_row["standard"]["sd_tokens"] == head_row["online"]["tokens"] == model_row["online"]["tokens"]
+        )
+    assert head["costs"]["c"] != summary["costs"]["c"] > 0  # each drafter's step, timed
+    assert load_head(out / "head" / "draft").target_layers == (1, 2, 3)
+    assert (out / "head" / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
+    printed = capsys.readouterr().out
+    assert "=== EAGLE-3 head (--compare_head, the same stream) ===" in printed
+    assert "side by side, all domains' tails" in printed
+
+
+def test_compare_head_is_refused_beside_a_head_drafter(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--drafter", "head", "--compare_head", "h"])
+    assert "--compare_head serves a head beside the draft model" in capsys.readouterr().err
 
 
 @pytest.mark.slow
