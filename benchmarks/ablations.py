@@ -51,7 +51,7 @@ from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, STANDARD_TIMING, add_gamma_flag, gamma_arg
 from osd.spec.hf_generate import timed_generate
-from osd.spec.timing import draft_step_time, step_time
+from osd.spec.timing import draft_step_time, mid_answer_context, step_time
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
@@ -198,10 +198,6 @@ class Session:
         }  # fmt: skip
 
 
-def mean_context(prompts: Sequence[Prompt], max_new_tokens: int) -> int:
-    return int(statistics.median(len(ids) for _, ids in prompts)) + max_new_tokens // 2
-
-
 def recorded(session: Session, prompts: Sequence[Prompt], stem: Path) -> Recording:
     """The target's greedy outputs on `prompts` (EOS ignored), recorded once at `stem` and reused."""
     if Path(f"{stem}.jsonl").exists():
@@ -231,7 +227,9 @@ def run_gamma(session: Session) -> dict:
         g: simulated_alpha(simulate(recording, session.draft, identity, gamma=g)) for g in args.gammas
     }
     base, runs = session.run({g: (session.draft, g) for g in args.gammas}, prompts)
-    cost = session.costs(session.draft, mean_context(prompts, args.max_new_tokens), args.gammas)
+    cost = session.costs(
+        session.draft, mid_answer_context((len(ids) for _, ids in prompts), args.max_new_tokens), args.gammas
+    )
     rows = [
         spec_row(runs[g], base, g, cost["c"], cost["verify_cost"][g]) | {"alpha_simulated": simulated[g]}
         for g in args.gammas
@@ -258,7 +256,7 @@ def run_drafts(session: Session) -> dict:
     """Each NAME=PATH in --drafts on the same prompts at --max_propose_num: params, c, alpha, speedup, Eq. 2."""
     args = session.args
     prompts = workload_prompts(session.tokenizer, args.domains, args.per_domain)
-    context = mean_context(prompts, args.max_new_tokens)
+    context = mid_answer_context((len(ids) for _, ids in prompts), args.max_new_tokens)
     drafts = {}
     for spec in args.drafts:
         name, sep, path = spec.partition("=")

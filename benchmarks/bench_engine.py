@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.hf_generate import timed_generate
 from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
-from osd.spec.timing import draft_step_time, machine, step_time
+from osd.spec.timing import draft_step_time, machine, mid_answer_context, step_time
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
@@ -212,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
     fixed = {id(d): SpeculativeDecoder(d, target, gamma=args.gamma) for d in drafts.values()}
     stats = serve([fixed[id(d)] for d in prompt_drafts], prompts, args.max_new_tokens, eos)
 
-    context = int(statistics.median(p.shape[1] for p in prompts)) + args.max_new_tokens // 2
+    context = mid_answer_context((p.shape[1] for p in prompts), args.max_new_tokens)
     target_step = step_time(target, context)
     c = draft_step_time(draft, context) / target_step
     verify_cost = step_time(target, context, length=args.gamma + 1) / target_step

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from osd.spec.weight_major import retype_plain_linears
+from osd.spec.weight_major import bf16_cpu_inference, retype_plain_linears
 
 try:
     import numba
@@ -97,13 +97,7 @@ class BF16RowsLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
         w = self.weight
-        if (
-            torch.is_grad_enabled()
-            or w.dtype != torch.bfloat16
-            or x.dtype != torch.bfloat16
-            or w.device.type != "cpu"
-            or not w.is_contiguous()
-        ):
+        if not bf16_cpu_inference(x, w) or not w.is_contiguous():
             return super().forward(x)
         y = bf16_rows_product(x.reshape(-1, self.in_features), w)
         if self.bias is not None:

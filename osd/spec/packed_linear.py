@@ -20,7 +20,7 @@ import argparse
 import torch
 from torch import nn
 
-from osd.spec.weight_major import retype_plain_linears
+from osd.spec.weight_major import bf16_cpu_inference, retype_plain_linears
 
 
 def packing_available() -> bool:
@@ -60,12 +60,8 @@ class PackedLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
         w = self.weight
         if (
-            torch.is_grad_enabled()
-            or w.dtype != torch.bfloat16
-            or x.dtype != w.dtype
-            or w.device.type != "cpu"
-            or w.is_inference()  # made under inference mode: no version counter to repack by
-        ):
+            not bf16_cpu_inference(x, w) or w.is_inference()
+        ):  # inference tensors: no version counter to repack by
             return super().forward(x)
         key = (w.data_ptr(), w._version)
         if self._packed is None or self._packed[:2] != key:

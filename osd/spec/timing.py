@@ -10,7 +10,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from transformers import PreTrainedModel
@@ -114,6 +114,11 @@ def _best_median(
             reset()
         best = min(best, statistics.median(times))
     return best
+
+
+def mid_answer_context(prompt_lengths: Iterable[int], max_new_tokens: int) -> int:
+    """The cached tokens at which a benchmark times its steps: the median prompt and half an answer."""
+    return int(statistics.median(prompt_lengths)) + max_new_tokens // 2
 
 
 @torch.inference_mode()

@@ -59,3 +59,13 @@ def retype_plain_linears(model: nn.Module, cls: type[nn.Linear]) -> int:
             module.__class__ = cls
             changed += 1
     return changed
+
+
+def bf16_cpu_inference(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a bf16 CPU layout's own product serves `x @ weight.T` (`osd.spec.bf16_rows`, `osd.spec.packed_linear`):
+    no autograd, both bf16, the weight on the CPU; otherwise `nn.Linear`'s forward does."""
+    return (
+        not torch.is_grad_enabled()
+        and weight.dtype == x.dtype == torch.bfloat16
+        and weight.device.type == "cpu"
+    )
