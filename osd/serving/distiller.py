@@ -23,6 +23,7 @@ from osd.online.loop import SHARED_DRAFT
 from osd.online.records import OnlineState
 from osd.online.updater import DraftUpdater, adamw_step
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
+from osd.spec.eagle3 import Eagle3Head, head_weights
 
 
 class DraftDistiller:
@@ -68,13 +69,17 @@ class DraftDistiller:
         return DraftUpdater({SHARED_DRAFT: self.draft}, self.loss, self.optimizer_step, config, state, learns)
 
 
-def export_draft(draft: PreTrainedModel, path: str | Path, dtype: torch.dtype) -> None:
-    """The draft's weights as one safetensors file in checkpoint names and `dtype`, what the engine
-    reloads; a tied output embedding is written once (vLLM ties it again on load)."""
-    seen, weights = set(), {}
-    for name, tensor in draft.state_dict().items():
-        if tensor.data_ptr() in seen:
-            continue
-        seen.add(tensor.data_ptr())
-        weights[name] = tensor.detach().to("cpu", dtype).contiguous()
-    save_file(weights, str(path))
+def export_draft(draft: PreTrainedModel | Eagle3Head, path: str | Path, dtype: torch.dtype) -> None:
+    """The drafter's weights as one safetensors file in checkpoint names, its float tensors in `dtype`: what
+    the engine reloads. A draft model's state dict, a tied output embedding written once (vLLM ties it again
+    on load); a head's tensors as `save_head` writes them (osd.spec.eagle3.head_weights)."""
+    if isinstance(draft, Eagle3Head):
+        weights = head_weights(draft)
+    else:
+        seen, weights = set(), {}
+        for name, tensor in draft.state_dict().items():
+            if tensor.data_ptr() not in seen:
+                seen.add(tensor.data_ptr())
+                weights[name] = tensor
+    save_file({name: t.detach().to("cpu", dtype if t.is_floating_point() else t.dtype).contiguous()
+               for name, t in weights.items()}, str(path))  # fmt: skip
