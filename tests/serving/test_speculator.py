@@ -15,7 +15,11 @@ from tests.tiny_models import tiny_model
 def test_a_saved_head_is_served_as_eagle3_any_other_model_as_a_draft(tmp_path) -> None:
     head = save_head(Eagle3Head.for_target(tiny_model("llama", layers=4)), tmp_path / "head")
     assert speculative_method(str(head)) == "eagle3"
-    assert speculative_method(str(TINY_DRAFT_PATH)) == speculative_method(str(TINY_TEACHER_PATH)) == "draft_model"
+    assert (
+        speculative_method(str(TINY_DRAFT_PATH))
+        == speculative_method(str(TINY_TEACHER_PATH))
+        == "draft_model"
+    )
     assert speculative_method("HuggingFaceTB/SmolLM2-135M") == "draft_model"  # a hub id
 
 
