@@ -7,6 +7,7 @@ engines read the per-request counters only (vLLM's Prometheus counters belong to
 
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
@@ -17,11 +18,12 @@ pytest.importorskip(
     "vllm", reason="vLLM is not installed here: bash bash_scripts/setup_vllm.sh makes .venv-vllm"
 )
 
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from osd.paths import TINY_TEACHER_PATH  # noqa: E402
+from osd.paths import TINY_TEACHER_PATH, workload_path  # noqa: E402
 from osd.serving.acceptance import vllm_acceptance  # noqa: E402
-from osd.serving.distiller import export_draft  # noqa: E402
+from osd.serving.config import ServingArguments  # noqa: E402
+from osd.serving.distiller import DraftDistiller, export_draft  # noqa: E402
 from osd.serving.engine import (  # noqa: E402
     RequestPool,
     build_engine,
@@ -30,6 +32,7 @@ from osd.serving.engine import (  # noqa: E402
     shutdown_engine,
     swap_draft,
 )
+from osd.serving.online import load_queries, serve_stream  # noqa: E402
 from osd.serving.worker import probe_input  # noqa: E402
 from osd.spec.draft_vocab import full_vocab_logits  # noqa: E402
 from osd.spec.eagle3 import Eagle3Head, save_head  # noqa: E402
@@ -139,3 +142,25 @@ def test_the_swapped_head_is_the_one_that_proposes(served, prompts, target_only)
         assert [s.token_ids for s in outputs] == target_only, name
         counts.append(sum(vllm_acceptance(s.counts)[0] for s in outputs))
     assert counts[0] > 20 and counts[1] <= 0.1 * counts[0] and counts[2] == counts[0], counts
+
+
+def test_the_online_loop_distils_the_head_and_swaps_it_in(served, teacher, tmp_path) -> None:
+    """--drafter head on vLLM: each finished query buffered from one teacher-forced forward of the target (its
+    states at the head's layers, its logits), an update every 2 queries, each exported and swapped in; the last
+    swap serves the distilled head."""
+    llm, heads, files = served
+    swap_draft(llm, files["trained"])
+    args = ServingArguments(
+        data_path=str(workload_path("sql", "eval")), output_dir=str(tmp_path), teacher_model_path=str(TINY_TEACHER_PATH),
+        drafter="head", max_propose_num=GAMMA, max_new_tokens=MAX_NEW, concurrency=4, online_update_interval=2,
+        online_eval_interval=4, online_loss_positions="all", teacher_dtype="float32", learning_rate=1e-3, max_samples=8,
+    )  # fmt: skip
+    head = copy.deepcopy(heads["trained"])
+    distiller = DraftDistiller(head, teacher, learning_rate=args.learning_rate)
+    queries = load_queries(args.data_path, AutoTokenizer.from_pretrained(TINY_TEACHER_PATH), 400, limit=8)
+    entries = []
+    state, _ = serve_stream(llm, args, distiller, queries, entries.append)
+    assert len(state.queries) == 8 and state.updates == 4 and entries[-1]["draft_swaps"] == 4
+    assert not torch.equal(head.fc.weight, heads["trained"].fc.weight)  # the updates moved the head
+    assert_serves(llm, head)
+    assert all(0 <= e["alpha"] <= 1 for e in entries) and entries[-1]["swap_time_s"] < SWAP_LIMIT_S, entries
