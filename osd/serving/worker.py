@@ -10,8 +10,8 @@ Importing this module registers osd's sub-vocabulary draft class (osd.serving.su
 A draft with tied embeddings logs "ParallelLMHead: Failed to load weights": its head is the
 embedding's parameter, reloaded with it (checked on the demo draft: the head stays the same tensor
 as the embedding and takes its new values). An EAGLE-3 head logs "VocabParallelEmbedding: Failed to load
-weights" too: its embedding is the target's module (vLLM shares it), not in the head's checkpoint, and is put
-back as it was; `Eagle3LlamaForCausalLM.load_weights` maps the head's names (fc, layers.0.*, norm, lm_head,
+weights" (and "RotaryEmbedding: ...", its cos/sin cache): its embedding is the target's module (vLLM shares it),
+not in the head's checkpoint, and is put back as it was; `Eagle3LlamaForCausalLM.load_weights` maps the head's names (fc, layers.0.*, norm, lm_head,
 d2t; t2d is skipped).
 """
 
