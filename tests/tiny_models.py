@@ -202,10 +202,10 @@ def recorded_tiny_target(max_new_tokens: int, num_prompts: int = 6, top_k: int =
     return target, recording
 
 
-def distilled_head(target: PreTrainedModel, vocab_size: int, steps: int):
-    """An EAGLE-3 head over the `vocab_size` ids the target writes most, distilled for `steps` AdamW steps on 8 of
-    the target's sampled continuations of random 6-token prompts (seconds): it agrees with the target sometimes,
-    not always."""
+def distilled_head(target: PreTrainedModel, vocab_size: int | None, steps: int):
+    """An EAGLE-3 head over the `vocab_size` ids the target writes most (None: its whole vocabulary), distilled for
+    `steps` AdamW steps on 8 of the target's sampled continuations of random 6-token prompts (seconds): it agrees
+    with the target sometimes, not always."""
     from collections import Counter
     from functools import partial
 
@@ -221,7 +221,11 @@ def distilled_head(target: PreTrainedModel, vocab_size: int, steps: int):
     sequences = [
         target.generate(p, max_new_tokens=40, do_sample=True, top_k=0, pad_token_id=0)[0] for p in prompts
     ]
-    ids = select_token_ids(Counter(torch.cat(sequences).tolist()), vocab_size, always=[EOS])
+    ids = (
+        None
+        if vocab_size is None
+        else select_token_ids(Counter(torch.cat(sequences).tolist()), vocab_size, [EOS])
+    )
     head = Eagle3Head.for_target(target, ids)
     queries = []
     for tokens in sequences:

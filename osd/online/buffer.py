@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 from osd.distill.losses import Divergence
 from osd.online.head_loss import FeatureQuery, chain_steps
 from osd.spec import SpecOutput
-from osd.spec.cached_model import accepts_logits_to_keep
+from osd.spec.cached_model import accepts_logits_to_keep, layer_inputs
 from osd.spec.draft_vocab import compact_logits
 
 FLOAT16_MAX = 6.0e4
@@ -86,6 +86,32 @@ def feature_query(
         positions=T + generated,
         target_logits=stored_logits(out.target_logits[generated.to(out.target_logits.device)], dtype),
         rejected=torch.tensor(rejected, dtype=torch.long).view(-1, 3),
+    )
+
+
+@torch.no_grad()
+def teacher_forced_feature_query(
+    target: PreTrainedModel,
+    layers: Sequence[int],
+    prompt_ids: list[int],
+    generated_ids: list[int],
+    positions: list[int],
+    dtype: torch.dtype = torch.float16,
+) -> FeatureQuery:
+    """What a head's update needs from a query served where the server keeps neither the target's states nor its
+    logits (osd.serving): one teacher-forced forward of `target` gives both, the states at the head's `layers` and
+    the logits at `positions` (indices into generated_ids; those below 2 in the sequence are dropped, as
+    `feature_query` drops them). No rejected proposals: the server does not report them."""
+    tokens = torch.tensor(prompt_ids + generated_ids)  # [S]
+    T = len(prompt_ids)
+    kept = torch.tensor([T + p for p in positions if T + p >= 2], dtype=torch.long)  # [W] indices into tokens
+    out = target(input_ids=tokens[None, :-1].to(target.device), output_hidden_states=True, use_cache=False,
+                 logits_to_keep=(kept - 1).to(target.device))  # fmt: skip  # row j predicts tokens[j + 1]
+    return FeatureQuery(
+        tokens=tokens,
+        features=layer_inputs(out.hidden_states, tuple(layers))[0].cpu(),  # [S - 1, K H]
+        positions=kept,
+        target_logits=stored_logits(out.logits[0], dtype),  # [W, V]
     )
 
 

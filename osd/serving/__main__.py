@@ -9,7 +9,9 @@ The same stream files and prompt template as `osd.train --mode online`. Writes
 {output_dir}/metrics.jsonl (osd.metric_keys: alpha per query window and per dataset / topic /
 language, vllm_acceptance_rate, swap times; `python -m osd.plots` reads it) and the distilled draft
 to {output_dir}/draft. --online_update_interval 0 serves with the draft as it is (Standard SD),
---max_propose_num 0 with the target alone.
+--max_propose_num 0 with the target alone. --drafter head serves an EAGLE-3 head (--head_path, or a
+fresh one written to {output_dir}/served_head) with vLLM's eagle3 method and writes the distilled head
+to {output_dir}/head.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from transformers import HfArgumentParser
 from osd.datafiles import claim_output_dir, refuse_overwrite
 from osd.distill.run_dir import LOCK_FILE, lock_run_dir
 from osd.model_checks import check_same_tokenizer
-from osd.models import load_model, load_tokenizer
+from osd.models import load_head_drafter, load_model, load_tokenizer
 from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller
+from osd.spec.eagle3 import save_head
 
-OUTPUTS = ("metrics.jsonl", "draft", "served_draft", "draft_swap.safetensors", "draft_swap.staged")
+OUTPUTS = ("metrics.jsonl", "draft", "head", "served_draft", "served_head", "draft_swap.safetensors",
+           "draft_swap.staged")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -41,9 +45,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     # the run's own outputs only: an input is never an output, a folder another tool wrote is refused, and so
     # is one another run is writing (its lock)
     inputs = {"--student_model_path": args.student_model_path, "--teacher_model_path": args.teacher_model_path,
-              "--data_path": args.data_path}  # fmt: skip
+              "--data_path": args.data_path, "--head_path": args.head_path}  # fmt: skip
     refuse_overwrite({"--output_dir": args.output_dir}, inputs)
-    if args.max_propose_num > 0:  # the draft proposes token ids that the target verifies
+    if args.max_propose_num > 0 and args.drafter == "model":  # it proposes ids that the target verifies
         tokenizer = load_tokenizer(args.teacher_model_path, None)
         check_same_tokenizer(args.student_model_path, args.teacher_model_path, tokenizer)
     with lock_run_dir(args.output_dir):
@@ -66,22 +70,34 @@ def serve(args: ServingArguments) -> dict[str, float]:
     tokenizer = load_tokenizer(args.teacher_model_path, None)
     queries = load_queries(args.data_path, tokenizer, args.max_model_len - args.max_new_tokens,
                            args.source_prefix, args.max_samples)  # fmt: skip
+    out = Path(args.output_dir)
+    head = args.drafter == "head" and args.max_propose_num > 0
+    target = None
+    if args.distils or head:  # the teacher, and what a fresh head is built for
+        target = load_model(args.teacher_model_path, args.teacher_dtype, None).to(args.trainer_device)
+    draft = None
+    if head:
+        draft = load_head_drafter(target, args.head_path)
+        served = args.head_path or str(save_head(draft, out / "served_head", target))
+    else:
+        served = served_draft_folder(args.student_model_path, args.output_dir, args.tensor_parallel_size)
+        if args.distils:
+            draft = load_model(args.student_model_path, "float32", None).to(args.trainer_device)
     distiller = None
     if args.distils:
-        draft = load_model(args.student_model_path, "float32", None).to(args.trainer_device)
-        target = load_model(args.teacher_model_path, args.teacher_dtype, None).to(args.trainer_device)
         distiller = DraftDistiller(draft, target, args.kl_method, args.learning_rate, args.weight_decay,
                                    args.max_grad_norm, args.distill_temperature, args.jsd_beta)  # fmt: skip
-    served = served_draft_folder(args.student_model_path, args.output_dir, args.tensor_parallel_size)
     llm = build_engine(args.teacher_model_path, served, args.max_propose_num, args.teacher_dtype,
                        args.max_model_len, args.seed, args.tensor_parallel_size, args.enforce_eager)  # fmt: skip
     entries = []
     write = jsonl_writer(args.output_dir)
     serve_stream(llm, args, distiller, queries, lambda e: (entries.append(e), write(e)))
     shutdown_engine(llm)
-    if distiller is not None:
-        distiller.draft.save_pretrained(Path(args.output_dir) / "draft")
-        tokenizer.save_pretrained(Path(args.output_dir) / "draft")
+    if distiller is not None and head:
+        save_head(distiller.draft, out / "head", target)
+    elif distiller is not None:
+        distiller.draft.save_pretrained(out / "draft")
+        tokenizer.save_pretrained(out / "draft")
     return entries[-1]
 
 

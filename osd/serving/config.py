@@ -32,7 +32,10 @@ class ServingArguments(OnlineArguments):
     )
     student_model_path: str = field(
         default=str(DRAFT_PATH),
-        metadata={"help": "The draft: vLLM's draft_model speculator, distilled online."},
+        metadata={
+            "help": "The draft: vLLM's draft_model speculator, distilled online (--drafter head serves --head_path "
+            "with vLLM's eagle3 method instead)."
+        },
     )
     max_propose_num: int = field(
         default=GAMMA_DEFAULT,
@@ -78,9 +81,10 @@ class ServingArguments(OnlineArguments):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.drafter != "model":
+        if self.online_rejected_weight:
             raise ValueError(
-                "osd.serving drafts with a draft model: --drafter head runs in osd.train and the main job"
+                "--online_rejected_weight: vLLM does not report the rejected proposals; osd.serving distils a "
+                "head on the target's tokens"
             )
         checks = (
             ("kl_method", self.kl_method, sorted(DIVERGENCES)),

@@ -1,11 +1,14 @@
-"""The trainer side of `osd.serving`: the draft being distilled, the target as its teacher, and the export.
+"""The trainer side of `osd.serving`: the drafter being distilled (a draft model or an EAGLE-3 head), the target
+as its teacher, and the export.
 
 Symbols: T prompt length, N generated tokens, W loss positions of a query, V vocabulary.
 
-vLLM keeps no target logits for us, so `buffer` gets them from one teacher-forced forward of the
-target (an HF model on --trainer_device) over prompt + generated tokens, at the loss positions only
-(`logits_to_keep`). The update is the online loop's (`osd.online.updater.DraftUpdater`) with this
-module's loss (the --kl_method divergence, on V' for a sub-vocabulary head) and a plain AdamW step.
+vLLM keeps no target logits (nor states) for us, so `buffer` gets them from one teacher-forced forward of the
+target (an HF model on --trainer_device) over prompt + generated tokens: for a draft model its logits at the loss
+positions only (`logits_to_keep`); for a head also its states at the head's layers
+(`osd.online.buffer.teacher_forced_feature_query`). The update is the online loop's
+(`osd.online.updater.DraftUpdater`) with this module's loss (the --kl_method divergence, on V' for a sub-vocabulary
+head; a head's is EAGLE-3's training-time test, `osd.online.head_loss`) and a plain AdamW step.
 """
 
 from __future__ import annotations
@@ -17,20 +20,28 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
 from osd.distill.losses import get_divergence
-from osd.online.buffer import BufferedQuery, distillation_loss, logits_at, stored_logits
+from osd.online.buffer import (
+    BufferedQuery,
+    distillation_loss,
+    logits_at,
+    stored_logits,
+    teacher_forced_feature_query,
+)
 from osd.online.config import OnlineArguments
+from osd.online.head_loss import FeatureQuery, head_distillation_loss
 from osd.online.loop import SHARED_DRAFT
 from osd.online.records import OnlineState
 from osd.online.updater import DraftUpdater, adamw_step
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
+from osd.spec.eagle3 import Eagle3Head, head_weights
 
 
 class DraftDistiller:
-    """The draft being distilled (trained in its own dtype), the target as teacher, AdamW."""
+    """The drafter being distilled (trained in its own dtype), the target as teacher, AdamW."""
 
     def __init__(
         self,
-        draft: PreTrainedModel,
+        draft: PreTrainedModel | Eagle3Head,
         target: PreTrainedModel,
         kl_method: str = "forward",
         learning_rate: float = 1e-4,
@@ -39,17 +50,27 @@ class DraftDistiller:
         temperature: float = 1.0,
         jsd_beta: float = 0.5,
     ) -> None:
-        self.draft, self.target = apply_draft_vocab(draft), target.eval()
-        # a sub-vocabulary head (config.draft_vocab) trains on V' as osd.train does
-        self.divergence = restrict_divergence(
-            get_divergence(kl_method, jsd_beta), draft_vocab_ids(self.draft)
-        )
+        self.target = target.eval()
+        self.divergence = get_divergence(kl_method, jsd_beta)
+        if isinstance(draft, Eagle3Head):  # its loss restricts the divergence to its V'
+            draft.check_target(target)
+            self.draft = draft
+        else:  # a sub-vocabulary head (config.draft_vocab) trains on V' as osd.train does
+            self.draft = apply_draft_vocab(draft)
+            self.divergence = restrict_divergence(self.divergence, draft_vocab_ids(self.draft))
         self.temperature = temperature
         self.optimizer_step = adamw_step(draft.parameters(), learning_rate, weight_decay, max_grad_norm)
 
     @torch.no_grad()
-    def buffer(self, prompt_ids: list[int], generated_ids: list[int], positions: list[int]) -> BufferedQuery:
-        """A served query with the target's logits [W, V] at `positions` (indices into generated_ids)."""
+    def buffer(
+        self, prompt_ids: list[int], generated_ids: list[int], positions: list[int]
+    ) -> BufferedQuery | FeatureQuery:
+        """A served query with the target's logits [W, V] at `positions` (indices into generated_ids), and for a
+        head the target's states it reads."""
+        if isinstance(self.draft, Eagle3Head):
+            return teacher_forced_feature_query(
+                self.target, self.draft.target_layers, prompt_ids, generated_ids, positions
+            )
         query = BufferedQuery(
             input_ids=torch.tensor(prompt_ids),  # [T]
             generated_ids=torch.tensor(generated_ids),  # [N]
@@ -60,7 +81,10 @@ class DraftDistiller:
             query.target_logits = stored_logits(logits_at(self.target, query))
         return query
 
-    def loss(self, draft: PreTrainedModel, buffer: list[BufferedQuery], backward) -> torch.Tensor | None:
+    def loss(self, draft: PreTrainedModel | Eagle3Head, buffer: list, backward) -> torch.Tensor | None:
+        if isinstance(draft, Eagle3Head):
+            return head_distillation_loss(draft, buffer, backward, embed=self.target.get_input_embeddings(),
+                                          divergence=self.divergence, temperature=self.temperature)  # fmt: skip
         return distillation_loss(draft, buffer, self.divergence, self.temperature, backward)
 
     def updater(self, config: OnlineArguments, state: OnlineState, learns: bool = True) -> DraftUpdater:
@@ -68,13 +92,17 @@ class DraftDistiller:
         return DraftUpdater({SHARED_DRAFT: self.draft}, self.loss, self.optimizer_step, config, state, learns)
 
 
-def export_draft(draft: PreTrainedModel, path: str | Path, dtype: torch.dtype) -> None:
-    """The draft's weights as one safetensors file in checkpoint names and `dtype`, what the engine
-    reloads; a tied output embedding is written once (vLLM ties it again on load)."""
-    seen, weights = set(), {}
-    for name, tensor in draft.state_dict().items():
-        if tensor.data_ptr() in seen:
-            continue
-        seen.add(tensor.data_ptr())
-        weights[name] = tensor.detach().to("cpu", dtype).contiguous()
-    save_file(weights, str(path))
+def export_draft(draft: PreTrainedModel | Eagle3Head, path: str | Path, dtype: torch.dtype) -> None:
+    """The drafter's weights as one safetensors file in checkpoint names, its float tensors in `dtype`: what
+    the engine reloads. A draft model's state dict, a tied output embedding written once (vLLM ties it again
+    on load); a head's tensors as `save_head` writes them (osd.spec.eagle3.head_weights)."""
+    if isinstance(draft, Eagle3Head):
+        weights = head_weights(draft)
+    else:
+        seen, weights = set(), {}
+        for name, tensor in draft.state_dict().items():
+            if tensor.data_ptr() not in seen:
+                seen.add(tensor.data_ptr())
+                weights[name] = tensor
+    save_file({name: t.detach().to("cpu", dtype if t.is_floating_point() else t.dtype).contiguous()
+               for name, t in weights.items()}, str(path))  # fmt: skip

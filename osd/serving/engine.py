@@ -1,5 +1,6 @@
-"""The vLLM side: the target served with the OSD draft as its `draft_model` speculator, requests
-kept in flight, and the draft's weights swapped into the running engine.
+"""The vLLM side: the target served with the OSD drafter as its speculator (a draft model, vLLM's
+`draft_model` method, or an EAGLE-3 head, its `eagle3` method: osd.serving.speculator), requests kept in
+flight, and the drafter's weights swapped into the running engine.
 
 The engine runs in its own process (vLLM's EngineCore): it keeps decoding the requests in flight
 while this process buffers, distils and exports the draft; `swap_draft` reaches the worker through
@@ -17,6 +18,7 @@ from typing import Any
 from vllm import LLM, SamplingParams
 
 from osd.serving.acceptance import StepCounts
+from osd.serving.speculator import speculative_method
 from osd.serving.subvocab import register
 
 WORKER_EXTENSION = "osd.serving.worker.DraftReloadExtension"
@@ -34,11 +36,12 @@ def build_engine(
 ) -> LLM:
     """vLLM serving `target`, with `draft` proposing `gamma` tokens per step (none when gamma is 0 or
     draft is None); per-request acceptance counters on, the draft reload registered. `draft` is the
-    folder vLLM loads: a draft with a sub-vocabulary head goes through `served_draft_folder` first."""
+    folder vLLM loads: an EAGLE-3 head's folder, or a draft model's (one with a sub-vocabulary head goes
+    through `served_draft_folder` first)."""
     register()
     speculative = None
     if draft is not None and gamma > 0:
-        speculative = {"method": "draft_model", "model": draft, "num_speculative_tokens": gamma}
+        speculative = {"method": speculative_method(draft), "model": draft, "num_speculative_tokens": gamma}
     return LLM(
         model=target, dtype=dtype, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
         tensor_parallel_size=tensor_parallel_size, speculative_config=speculative, disable_log_stats=False,
@@ -48,8 +51,9 @@ def build_engine(
 
 
 def swap_draft(llm: LLM, path: str) -> float:
-    """Reload the speculator's weights from the safetensors file `path` in every worker; returns the
-    slowest worker's reload time in seconds (the RPC round trip is a few ms more)."""
+    """Reload the speculator's weights (a draft's or a head's: `osd.serving.distiller.export_draft`) from
+    the safetensors file `path` in every worker; returns the slowest worker's reload time in seconds (the
+    RPC round trip is a few ms more)."""
     return max(llm.collective_rpc("reload_draft", args=(str(path),)))
 
 

@@ -1,5 +1,6 @@
-"""vLLM as the online loop's server (`osd.online.loop`): the target served by vLLM with the OSD draft as
-its draft_model speculator, queries in flight, the draft distilled beside it and swapped in.
+"""vLLM as the online loop's server (`osd.online.loop`): the target served by vLLM with the OSD drafter as
+its speculator (a draft model, or an EAGLE-3 head), queries in flight, the drafter distilled beside it and
+swapped in.
 
     serve    the stream's queries, in order, at most --concurrency in flight on the vLLM engine; each
              finished query is counted as osd counts alpha (osd.serving.acceptance);

@@ -266,11 +266,17 @@ def save_head(
         },
     }
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    weights = {name: t.detach().contiguous().cpu() for name, t in head.state_dict().items()}
-    if len(head.d2t) == head.config.vocab_size:  # no sub-vocabulary: vLLM and speculators expect no mapping
-        weights.pop("d2t"), weights.pop("t2d")
-    save_file(weights, str(path / "model.safetensors"))
+    save_file(head_weights(head), str(path / "model.safetensors"))
     return path
+
+
+def head_weights(head: Eagle3Head) -> dict[str, torch.Tensor]:
+    """The head's tensors in checkpoint names, on the CPU: what `save_head` writes and vLLM loads (fc, layers.0.*,
+    norm, lm_head; d2t and t2d for a sub-vocabulary head only: vLLM and speculators expect no mapping otherwise)."""
+    weights = {name: t.detach().contiguous().cpu() for name, t in head.state_dict().items()}
+    if len(head.d2t) == head.config.vocab_size:
+        weights.pop("d2t"), weights.pop("t2d")
+    return weights
 
 
 def load_head(path: str | Path, device: torch.device | str = "cpu") -> Eagle3Head:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from osd.distill.losses import forward_kl, rejected_proposal_loss
-from osd.online.buffer import BufferedQuery, Buffers
+from osd.online.buffer import BufferedQuery, Buffers, teacher_forced_feature_query
 from osd.online.config import OnlineArguments, add_online_flags, online_arguments
 from osd.online.engine_server import EngineServer
 from osd.online.head_loss import FeatureQuery, head_distillation_loss, target_features, ttt_logits
@@ -55,6 +55,23 @@ def test_a_served_query_keeps_the_verified_states_logits_and_rejected_proposals(
     assert (replaced_by != query.rejected[:, 2]).all()
     wrong = served(target, head, prompt, "wrong")
     assert wrong.positions.tolist() == query.rejected[:, 0].tolist()  # --online_loss_positions wrong
+
+
+@pytest.mark.parametrize("positions", ["all", "wrong"])
+def test_a_teacher_forced_query_keeps_what_verification_kept(target, positions):
+    """Where the server keeps no target states nor logits (osd.serving on vLLM), one teacher-forced forward gives
+    the query the engine's verification kept, but for the rejected proposals, which vLLM does not report."""
+    head = Eagle3Head.for_target(target, seed=2)
+    prompt = [5, 9, 14, 3]
+    kept = served(target, head, prompt, positions)
+    generated = kept.tokens[len(prompt) :].tolist()
+    query = teacher_forced_feature_query(
+        target, head.target_layers, prompt, generated, (kept.positions - len(prompt)).tolist(), torch.float32
+    )
+    assert torch.equal(query.tokens, kept.tokens) and torch.equal(query.positions, kept.positions)
+    assert len(query.positions) > 0 and len(query.rejected) == 0
+    torch.testing.assert_close(query.features, kept.features)
+    torch.testing.assert_close(query.target_logits, kept.target_logits, rtol=1e-4, atol=1e-4)
 
 
 def test_buffers_rebuild_a_heads_and_a_draft_models_queries_from_a_checkpoint(target):

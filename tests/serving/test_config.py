@@ -26,7 +26,8 @@ def test_help_documents_the_loop_without_importing_vllm() -> None:
 @pytest.mark.parametrize(
     "flags, message",
     [({"kl_method": "l2"}, "--kl_method"), ({"concurrency": 0}, "--concurrency must be >= 1"),
-     ({"online_loss_positions": "some"}, "--online_loss_positions"), ({"teacher_dtype": "int8"}, "--teacher_dtype")],
+     ({"online_loss_positions": "some"}, "--online_loss_positions"), ({"teacher_dtype": "int8"}, "--teacher_dtype"),
+     ({"drafter": "head", "online_rejected_weight": 0.5}, "--online_rejected_weight: vLLM does not report")],
 )  # fmt: skip
 def test_bad_flags_are_refused_with_their_name(flags, message) -> None:
     with pytest.raises(ValueError, match=message):

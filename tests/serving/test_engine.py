@@ -24,9 +24,7 @@ pytest.importorskip(
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from vllm import LLM  # noqa: E402
 
-from osd.conversations import load_conversations, user_query  # noqa: E402
 from osd.paths import TINY_TEACHER_PATH, workload_path  # noqa: E402
-from osd.prompting import encode_prompt  # noqa: E402
 from osd.serving.acceptance import vllm_acceptance, wrong_positions  # noqa: E402
 from osd.serving.config import ServingArguments  # noqa: E402
 from osd.serving.distiller import DraftDistiller, export_draft  # noqa: E402
@@ -42,6 +40,7 @@ from osd.serving.engine import (  # noqa: E402
 from osd.serving.online import load_queries, serve_stream  # noqa: E402
 from osd.serving.subvocab import served_draft_folder  # noqa: E402
 from osd.spec.draft_vocab import draft_vocab_ids, set_draft_vocab  # noqa: E402
+from tests.serving.conftest import MAX_NEW  # noqa: E402
 
 for name, value in (
     ("OMP_NUM_THREADS", "1"),
@@ -50,7 +49,7 @@ for name, value in (
 ):
     os.environ.setdefault(name, value)
 
-GAMMA, MAX_NEW = 3, 40
+GAMMA = 3
 GREEDY = sampling_params(MAX_NEW, 0.0)
 SWAP_LIMIT_S = (
     5.0  # a bound for a loaded CI machine; the issue's target, 0.3 s idle, is measured by bench_vllm
@@ -76,25 +75,8 @@ def draft_path(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def prompts() -> list[list[int]]:
-    tokenizer = AutoTokenizer.from_pretrained(TINY_TEACHER_PATH)
-    records = [r for domain in ("sql", "math") for r in load_conversations(workload_path(domain, "eval"))[:4]]
-    return [encode_prompt(tokenizer, user_query(r)) for r in records]
-
-
-@pytest.fixture(scope="module")
-def target_only(prompts) -> list[list[int]]:
-    """Greedy outputs of vLLM without speculation: what every speculative run must reproduce."""
-    llm = build_engine(str(TINY_TEACHER_PATH), None, 0, "float32", 512)
-    outputs = [s.token_ids for s in serve_all(llm, prompts, GREEDY, len(prompts))]
-    shutdown_engine(llm)
-    return outputs
-
-
-@pytest.fixture(scope="module")
 def llm(target_only, draft_path):
-    """Built after `target_only`: a new engine unregisters the Prometheus counters of the engines before it
-    (`llm.get_metrics()` reads one process-wide registry)."""
+    """Built after `target_only` (conftest.py)."""
     llm = build_engine(str(TINY_TEACHER_PATH), draft_path, GAMMA, "float32", 512)
     yield llm
     shutdown_engine(llm)
