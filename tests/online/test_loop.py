@@ -189,7 +189,7 @@ def test_a_background_update_reloads_a_spare_copy_in_the_worker_and_swaps_it_in(
     loop = engine_loop(target, draft, config)
     updater = loop.updater
     served = [updater.serving(SHARED_DRAFT)]
-    for n, prompt in enumerate([[5, 6, 7, 8], [9, 10, 11], [12, 13, 14]]):
+    for prompt in [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14]]:
         loop.step([Query(prompt)], last=False)
         served.append(updater.serving(SHARED_DRAFT))
         assert not updater._stale, "a landed background update leaves nothing to reload on the serving path"
