@@ -4,9 +4,22 @@ this file also loads where vLLM is not installed."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 MAX_NEW = 40  # tokens per request
+GAMMA = 3  # tokens proposed per step
+SWAP_LIMIT_S = (
+    5.0  # a bound for a loaded CI machine; the issue's target, 0.3 s idle, is measured by bench_vllm
+)
+
+for name, value in (  # one thread, no core pinning, a 1 GiB KV cache: the machine is shared
+    ("OMP_NUM_THREADS", "1"),
+    ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+    ("VLLM_CPU_KVCACHE_SPACE", "1"),
+):
+    os.environ.setdefault(name, value)
 
 
 @pytest.fixture(scope="session")

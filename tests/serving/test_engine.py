@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 
 import pytest
@@ -40,20 +39,9 @@ from osd.serving.engine import (  # noqa: E402
 from osd.serving.online import load_queries, serve_stream  # noqa: E402
 from osd.serving.subvocab import served_draft_folder  # noqa: E402
 from osd.spec.draft_vocab import draft_vocab_ids, set_draft_vocab  # noqa: E402
-from tests.serving.conftest import MAX_NEW  # noqa: E402
+from tests.serving.conftest import GAMMA, MAX_NEW, SWAP_LIMIT_S  # noqa: E402
 
-for name, value in (
-    ("OMP_NUM_THREADS", "1"),
-    ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
-    ("VLLM_CPU_KVCACHE_SPACE", "1"),
-):
-    os.environ.setdefault(name, value)
-
-GAMMA = 3
 GREEDY = sampling_params(MAX_NEW, 0.0)
-SWAP_LIMIT_S = (
-    5.0  # a bound for a loaded CI machine; the target, 0.3 s idle, is measured by bench_vllm
-)
 
 
 @pytest.fixture(scope="module")

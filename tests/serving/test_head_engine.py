@@ -8,7 +8,6 @@ engines read the per-request counters only (vLLM's Prometheus counters belong to
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
@@ -36,19 +35,10 @@ from osd.serving.online import load_queries, serve_stream  # noqa: E402
 from osd.serving.worker import probe_input  # noqa: E402
 from osd.spec.draft_vocab import full_vocab_logits  # noqa: E402
 from osd.spec.eagle3 import Eagle3Head, save_head  # noqa: E402
-from tests.serving.conftest import MAX_NEW  # noqa: E402
+from tests.serving.conftest import GAMMA, MAX_NEW, SWAP_LIMIT_S  # noqa: E402
 from tests.tiny_models import distilled_head  # noqa: E402
 
-for name, value in (
-    ("OMP_NUM_THREADS", "1"),
-    ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
-    ("VLLM_CPU_KVCACHE_SPACE", "1"),
-):
-    os.environ.setdefault(name, value)
-
-GAMMA = 3
 GREEDY = sampling_params(MAX_NEW, 0.0)
-SWAP_LIMIT_S = 5.0  # a bound for a loaded CI machine (the swap takes ~0.02 s here)
 
 
 @pytest.fixture(scope="module")
