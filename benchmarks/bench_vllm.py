@@ -229,26 +229,34 @@ def run_all(
     if opts.head:
         _, llm, standard, drafter_args = engines[-1]
         swap_draft(llm, str(standard))
-        head = compare_head_to_engine(llm, queries, replace(drafter_args, concurrency=1), opts.head, target)
+        prompts, greedy = [q.prompt_ids for q in queries], sampling_params(args.max_new_tokens, 0.0)
+        alone = [s.token_ids for s in serve_all(target_only, prompts, greedy, 1)]
+        head = compare_head_to_engine(llm, alone, queries, drafter_args, opts.head, target)
     for llm in (target_only, *(e[1] for e in engines)):
         shutdown_engine(llm)
     return rows, head
 
 
 def compare_head_to_engine(
-    llm: LLM, queries: list[Query], args: ServingArguments, head_path: str, target: PreTrainedModel
+    llm: LLM,
+    alone: list[list[int]],
+    queries: list[Query],
+    args: ServingArguments,
+    head_path: str,
+    target: PreTrainedModel,
 ) -> dict:
     """The Standard head on the stream at concurrency 1, on vLLM (`llm`, serving it) and in osd's engine
     (`SpeculativeDecoder`, greedy, the same gamma and max_new_tokens, EOS the target's): osd alpha per domain and
     over the stream. vLLM's also without each query's first verification step: vLLM's head drafts from the
-    prompt's prefill, osd's proposes nothing before it (docs/engine.md). `same_outputs`: queries whose tokens are
-    equal (greedy decoding emits the target's tokens, up to bf16 near-ties that vLLM's and osd's kernels break
-    apart), and the three alphas over those queries alone."""
+    prompt's prefill, osd's proposes nothing before it (docs/engine.md). Greedy decoding emits the target's tokens
+    up to bf16 near-ties, which vLLM's and osd's kernels break apart: `same_outputs` counts the queries whose tokens
+    the two engines share, `*_as_target_alone` those equal to `alone` (vLLM's target without a draft), and the
+    alphas are pooled over the queries of either kind too."""
     served = serve_all(llm, [q.prompt_ids for q in queries], sampling_params(args.max_new_tokens, 0.0), 1)
     decoder = SpeculativeDecoder(load_head(head_path), target, args.max_propose_num)
     eos = target.generation_config.eos_token_id
-    rows = []  # per query: its domain, whether the outputs are equal, (alpha_sum, counted) per measure
-    for query, s in zip(queries, served, strict=True):
+    rows = []  # per query: its domain, its outputs' equalities, (alpha_sum, counted) per measure
+    for query, s, own in zip(queries, served, alone, strict=True):
         out = decoder.generate(torch.tensor([query.prompt_ids]), args.max_new_tokens, eos_token_id=eos)
         later = SimpleNamespace(per_step_accepted=s.counts.per_step_accepted[1:],
                                 per_step_drafted=s.counts.per_step_drafted[1:])  # fmt: skip
@@ -256,18 +264,22 @@ def compare_head_to_engine(
                     "vllm_without_first_step": query_stats(later, len(s.token_ids), {}, 0.0)}  # fmt: skip
         counts = {k: (m.alpha_sum, m.num_proposed) for k, m in measures.items()}
         counts["osd_spec"] = (out.alpha_sum, out.num_proposed)
-        rows.append((query.groups["dataset"], out.generated_ids[0].tolist() == s.token_ids, counts))
+        ids = out.generated_ids[0].tolist()
+        same = {"same_outputs": ids == s.token_ids, "vllm_as_target_alone": s.token_ids == own,
+                "osd_spec_as_target_alone": ids == own}  # fmt: skip
+        rows.append((query.groups["dataset"], same, counts))
 
     def pooled(selected: list) -> dict:
         alphas = {k: pooled_alpha(sum(r[2][k][0] for r in selected), sum(r[2][k][1] for r in selected))
                   for k in ("vllm", "vllm_without_first_step", "osd_spec")}  # fmt: skip
-        return {**alphas, "same_outputs": f"{sum(r[1] for r in selected)}/{len(selected)}"}
+        return {**alphas, **{k: f"{sum(r[1][k] for r in selected)}/{len(selected)}" for k in rows[0][1]}}
 
     overall = pooled(rows)
     return {
         "head": head_path, "gamma": args.max_propose_num, "max_new_tokens": args.max_new_tokens,
         "per_domain": {d: pooled([r for r in rows if r[0] == d]) for d in DOMAINS}, "overall": overall,
-        "overall_same_outputs": pooled([r for r in rows if r[1]]),
+        "overall_same_outputs": pooled([r for r in rows if r[1]["same_outputs"]]),
+        "overall_other_outputs": pooled([r for r in rows if not r[1]["same_outputs"]]),
         "vllm_minus_osd_spec": overall["vllm"] - overall["osd_spec"],
     }  # fmt: skip
 
