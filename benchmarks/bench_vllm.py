@@ -17,12 +17,18 @@ domain, and their tokens over their summed latencies (tail_tokens_per_s: at conc
 serving rate the demo's tables report; above it, one request's rate). tokens/s counts the loop's time
 waiting on the engine; the rest of the wall time (buffering, updates, swaps) is trainer_catch_up_s. With --reference (a demo summary.json recorded on the same stream) the
 concurrency-1 runs are compared with osd.spec's: per-domain alpha, and the speedup over the target
-alone. Writes {out}/results.json, table.md and throughput.png (tokens/s against concurrency); the
-engines' scratch files (served draft folder, exported weights) go to a temporary folder.
+alone. With --head (a speculators-format EAGLE-3 head for the demo target) the head is served beside the
+draft, on a third engine (vLLM's eagle3 method): its Standard run (the head as given) and its OSD run
+(`python -m osd.serving --drafter head`'s distiller, the same recipe), with the same columns; and the Standard
+head at concurrency 1 is compared with osd's engine on the stream (`compare_head_to_engine`: osd alpha per domain
+and overall, printed and written as head_vs_osd_spec). Writes {out}/results.json, table.md and throughput.png
+(tokens/s against concurrency); the engines' scratch files (served draft folder, exported weights) go to a
+temporary folder.
 
     OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
     .venv-vllm/bin/python -m benchmarks.bench_vllm --concurrency 1 4 16 --out outputs/bench_vllm \
         --reference benchmarks/results/bench_vllm/v3/reference_online_demo_30x48.json
+    ... -m benchmarks.bench_vllm --concurrency 1 --per_domain 8 --gamma 3 --head HEAD --out outputs/bench_vllm_head
 """
 
 from __future__ import annotations
@@ -34,26 +40,37 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import torch
+from transformers import PreTrainedModel
 
+from osd.alpha import pooled_alpha
 from osd.conversations import save_conversations
 from osd.demo.online_demo import PRESET
 from osd.demo.report import last_of_domain, online_on, tokens_per_s, total_row
 from osd.metric_keys import ALPHA, VLLM_ACCEPTANCE_RATE, group_key
 from osd.models import load_model, load_tokenizer
 from osd.online.config import add_online_flags, online_arguments
+from osd.online.loop import Query
 from osd.online.records import tail_length
 from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH
 from osd.results import markdown_table, save_results
+from osd.serving.acceptance import query_stats
 from osd.serving.config import ServingArguments
-from osd.serving.distiller import DraftDistiller, export_draft
-from osd.serving.engine import build_engine, shutdown_engine, swap_draft
+from osd.serving.distiller import DraftDistiller, export_draft, load_drafter
+from osd.serving.engine import build_engine, sampling_params, serve_all, shutdown_engine, swap_draft
 from osd.serving.online import load_queries, serve_stream
 from osd.serving.subvocab import served_draft_folder
+from osd.spec import SpeculativeDecoder
+from osd.spec.eagle3 import load_head
 from osd.spec.gamma import DEMO, add_gamma_flag
 from osd.streams import abrupt_stream, load_sources
 from osd.user_errors import run_main
+
+if TYPE_CHECKING:
+    from vllm import LLM
 
 COLUMNS = ["run", "concurrency", "tokens_per_s", "latency_p50_s", "latency_p90_s", "alpha", "vllm_acceptance",
            *DOMAINS, "tail_tokens_per_s", *(f"tail_{d}" for d in DOMAINS), "updates", "swap_time_s",
@@ -146,6 +163,8 @@ def main() -> None:
     ap.add_argument("--tail", type=int, default=0, help="queries at the end of each domain's block "
                     "compared per domain (default: the demo's, the last third)")  # fmt: skip
     ap.add_argument("--reference", help="an osd.demo.online_demo summary.json recorded on this stream")
+    ap.add_argument("--head", help="a speculators-format EAGLE-3 head folder for the demo target: also serve it "
+                    "(+ Standard head, + OSD head: osd.serving --drafter head) and compare it with osd's engine")  # fmt: skip
     ap.add_argument("--out", default="outputs/bench_vllm")
     opts = ap.parse_args()
     opts.tail = opts.tail or tail_length(opts.per_domain)
@@ -161,8 +180,11 @@ def main() -> None:
             data_path=str(out / "stream.json"), output_dir=scratch, max_propose_num=opts.gamma,
             max_new_tokens=opts.max_new_tokens, learning_rate=opts.learning_rate, **vars(online),
         )  # fmt: skip
-        rows = run_all(args, opts, tails, Path(scratch))
+        rows, head = run_all(args, opts, tails, Path(scratch))
     result = {"options": vars(opts), "rows": rows}
+    if head:
+        result["head_vs_osd_spec"] = head
+        print(json.dumps(head, indent=1))
     if opts.reference:
         result["osd_spec"] = compare_to_demo(rows, opts.reference, opts)
         print(json.dumps(result["osd_spec"], indent=1))
@@ -170,15 +192,23 @@ def main() -> None:
     plot_throughput(rows, out / "throughput.png")
 
 
-def run_all(args: ServingArguments, opts: argparse.Namespace, tails: dict, scratch: Path) -> list[dict]:
-    """The three runs at each concurrency, on two engines (target only; target + draft speculator)."""
+def run_all(
+    args: ServingArguments, opts: argparse.Namespace, tails: dict, scratch: Path
+) -> tuple[list[dict], dict | None]:
+    """The runs at each concurrency: the target alone, then per drafter (the draft model; with --head the head)
+    its Standard run and its OSD run on one engine. With --head also `compare_head_to_engine`."""
     queries = load_queries(args.data_path, load_tokenizer(str(TARGET_PATH), None), 512)
     target_only = build_engine(str(TARGET_PATH), None, 0)
-    speculative = build_engine(str(TARGET_PATH), served_draft_folder(str(DRAFT_PATH), scratch), opts.gamma)
-    standard = scratch / "standard_draft.safetensors"
-    export_draft(load_model(str(DRAFT_PATH), "float32", None), standard, torch.bfloat16)
+    drafters = [("draft", served_draft_folder(str(DRAFT_PATH), scratch), args)]
+    if opts.head:  # osd.serving's --drafter head
+        drafters.append(("head", opts.head, replace(args, drafter="head", head_path=opts.head)))
     target = load_model(str(TARGET_PATH), args.teacher_dtype, None)
-    for llm in (target_only, speculative):  # warm-up: the first requests pay one-time costs
+    engines = []  # (name, engine, its drafter's Standard weights, the drafter's flags)
+    for name, folder, drafter_args in drafters:
+        standard = scratch / f"standard_{name}.safetensors"
+        export_draft(load_drafter(drafter_args, target), standard, torch.bfloat16)
+        engines.append((name, build_engine(str(TARGET_PATH), folder, opts.gamma), standard, drafter_args))
+    for llm in (target_only, *(e[1] for e in engines)):  # warm-up: the first requests pay one-time costs
         serve_stream(llm, args, None, queries[:2])
     rows = []
     for c in opts.concurrency:
@@ -186,21 +216,72 @@ def run_all(args: ServingArguments, opts: argparse.Namespace, tails: dict, scrat
         rows.append(
             {"run": "target only", "concurrency": c, **serve(target_only, queries, args, None, tails)}
         )
-        swap_draft(speculative, str(standard))
-        rows.append(
-            {"run": "+ Standard draft", "concurrency": c, **serve(speculative, queries, args, None, tails)}
-        )
-        swap_draft(speculative, str(standard))
-        distiller = DraftDistiller(
-            load_model(str(DRAFT_PATH), "float32", None), target, learning_rate=opts.learning_rate
-        )
-        rows.append(
-            {"run": "+ OSD draft", "concurrency": c, **serve(speculative, queries, args, distiller, tails)}
-        )
-        print(markdown_table(rows[-3:], COLUMNS), flush=True)
-    for llm in (target_only, speculative):
+        for name, llm, standard, drafter_args in engines:
+            drafter_args.concurrency = c
+            for run, learns in ((f"+ Standard {name}", False), (f"+ OSD {name}", True)):
+                swap_draft(llm, str(standard))  # every run starts from the Standard drafter
+                distiller = DraftDistiller.from_args(drafter_args, target) if learns else None
+                rows.append(
+                    {"run": run, "concurrency": c, **serve(llm, queries, drafter_args, distiller, tails)}
+                )
+        print(markdown_table([r for r in rows if r["concurrency"] == c], COLUMNS), flush=True)
+    head = None
+    if opts.head:
+        _, llm, standard, drafter_args = engines[-1]
+        swap_draft(llm, str(standard))
+        prompts, greedy = [q.prompt_ids for q in queries], sampling_params(args.max_new_tokens, 0.0)
+        alone = [s.token_ids for s in serve_all(target_only, prompts, greedy, 1)]
+        head = compare_head_to_engine(llm, alone, queries, drafter_args, opts.head, target)
+    for llm in (target_only, *(e[1] for e in engines)):
         shutdown_engine(llm)
-    return rows
+    return rows, head
+
+
+def compare_head_to_engine(
+    llm: LLM,
+    alone: list[list[int]],
+    queries: list[Query],
+    args: ServingArguments,
+    head_path: str,
+    target: PreTrainedModel,
+) -> dict:
+    """The Standard head on the stream at concurrency 1, on vLLM (`llm`, serving it) and in osd's engine
+    (`SpeculativeDecoder`, greedy, the same gamma and max_new_tokens, EOS the target's): osd alpha per domain and
+    over the stream. vLLM's also without each query's first verification step: vLLM's head drafts from the
+    prompt's prefill, osd's proposes nothing before it (docs/engine.md). Greedy decoding emits the target's tokens
+    up to bf16 near-ties, which vLLM's and osd's kernels break apart: `same_outputs` counts the queries whose tokens
+    the two engines share, `*_as_target_alone` those equal to `alone` (vLLM's target without a draft), and the
+    alphas are pooled over the queries of either kind too."""
+    served = serve_all(llm, [q.prompt_ids for q in queries], sampling_params(args.max_new_tokens, 0.0), 1)
+    decoder = SpeculativeDecoder(load_head(head_path), target, args.max_propose_num)
+    eos = target.generation_config.eos_token_id
+    rows = []  # per query: its domain, its outputs' equalities, (alpha_sum, counted) per measure
+    for query, s, own in zip(queries, served, alone, strict=True):
+        out = decoder.generate(torch.tensor([query.prompt_ids]), args.max_new_tokens, eos_token_id=eos)
+        later = SimpleNamespace(per_step_accepted=s.counts.per_step_accepted[1:],
+                                per_step_drafted=s.counts.per_step_drafted[1:])  # fmt: skip
+        measures = {"vllm": query_stats(s.counts, len(s.token_ids), {}, 0.0),
+                    "vllm_without_first_step": query_stats(later, len(s.token_ids), {}, 0.0)}  # fmt: skip
+        counts = {k: (m.alpha_sum, m.num_proposed) for k, m in measures.items()}
+        counts["osd_spec"] = (out.alpha_sum, out.num_proposed)
+        ids = out.generated_ids[0].tolist()
+        same = {"same_outputs": ids == s.token_ids, "vllm_as_target_alone": s.token_ids == own,
+                "osd_spec_as_target_alone": ids == own}  # fmt: skip
+        rows.append((query.groups["dataset"], same, counts))
+
+    def pooled(selected: list) -> dict:
+        alphas = {k: pooled_alpha(sum(r[2][k][0] for r in selected), sum(r[2][k][1] for r in selected))
+                  for k in ("vllm", "vllm_without_first_step", "osd_spec")}  # fmt: skip
+        return {**alphas, **{k: f"{sum(r[1][k] for r in selected)}/{len(selected)}" for k in rows[0][1]}}
+
+    overall = pooled(rows)
+    return {
+        "head": head_path, "gamma": args.max_propose_num, "max_new_tokens": args.max_new_tokens,
+        "per_domain": {d: pooled([r for r in rows if r[0] == d]) for d in DOMAINS}, "overall": overall,
+        "overall_same_outputs": pooled([r for r in rows if r[1]["same_outputs"]]),
+        "overall_other_outputs": pooled([r for r in rows if not r[1]["same_outputs"]]),
+        "vllm_minus_osd_spec": overall["vllm"] - overall["osd_spec"],
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ from transformers import HfArgumentParser
 from osd.datafiles import claim_output_dir, refuse_overwrite
 from osd.distill.run_dir import LOCK_FILE, lock_run_dir
 from osd.model_checks import check_same_tokenizer
-from osd.models import load_head_drafter, load_model, load_tokenizer
+from osd.models import load_model, load_tokenizer
 from osd.serving.config import ServingArguments
-from osd.serving.distiller import DraftDistiller
+from osd.serving.distiller import DraftDistiller, load_drafter
 from osd.spec.eagle3 import save_head
 
 OUTPUTS = ("metrics.jsonl", "draft", "head", "served_draft", "served_head", "draft_swap.safetensors",
@@ -75,18 +75,12 @@ def serve(args: ServingArguments) -> dict[str, float]:
     target = None
     if args.distils or head:  # the teacher, and what a fresh head is built for
         target = load_model(args.teacher_model_path, args.teacher_dtype, None).to(args.trainer_device)
-    draft = None
-    if head:
-        draft = load_head_drafter(target, args.head_path)
-        served = args.head_path or str(save_head(draft, out / "served_head", target))
+    distiller = DraftDistiller.from_args(args, target) if args.distils else None
+    if head:  # a fresh head (no --head_path) is served as the distiller starts it
+        fresh = distiller.draft if distiller is not None else load_drafter(args, target)
+        served = args.head_path or str(save_head(fresh, out / "served_head", target))
     else:
         served = served_draft_folder(args.student_model_path, args.output_dir, args.tensor_parallel_size)
-        if args.distils:
-            draft = load_model(args.student_model_path, "float32", None).to(args.trainer_device)
-    distiller = None
-    if args.distils:
-        distiller = DraftDistiller(draft, target, args.kl_method, args.learning_rate, args.weight_decay,
-                                   args.max_grad_norm, args.distill_temperature, args.jsd_beta)  # fmt: skip
     llm = build_engine(args.teacher_model_path, served, args.max_propose_num, args.teacher_dtype,
                        args.max_model_len, args.seed, args.tensor_parallel_size, args.enforce_eager)  # fmt: skip
     entries = []

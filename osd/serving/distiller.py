@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
 from osd.distill.losses import get_divergence
+from osd.models import load_head_drafter, load_model
 from osd.online.buffer import (
     BufferedQuery,
     distillation_loss,
@@ -32,6 +33,7 @@ from osd.online.head_loss import FeatureQuery, head_distillation_loss
 from osd.online.loop import SHARED_DRAFT
 from osd.online.records import OnlineState
 from osd.online.updater import DraftUpdater, adamw_step
+from osd.serving.config import ServingArguments
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
 from osd.spec.eagle3 import Eagle3Head, head_weights
 
@@ -60,6 +62,12 @@ class DraftDistiller:
             self.divergence = restrict_divergence(self.divergence, draft_vocab_ids(self.draft))
         self.temperature = temperature
         self.optimizer_step = adamw_step(draft.parameters(), learning_rate, weight_decay, max_grad_norm)
+
+    @classmethod
+    def from_args(cls, args: ServingArguments, target: PreTrainedModel) -> DraftDistiller:
+        """`python -m osd.serving`'s distiller: the drafter `args` names (`load_drafter`), its loss and AdamW."""
+        return cls(load_drafter(args, target), target, args.kl_method, args.learning_rate, args.weight_decay,
+                   args.max_grad_norm, args.distill_temperature, args.jsd_beta)  # fmt: skip
 
     @torch.no_grad()
     def buffer(
@@ -90,6 +98,14 @@ class DraftDistiller:
     def updater(self, config: OnlineArguments, state: OnlineState, learns: bool = True) -> DraftUpdater:
         """The online loop's updater of this draft (one route), with this distiller's loss and optimizer."""
         return DraftUpdater({SHARED_DRAFT: self.draft}, self.loss, self.optimizer_step, config, state, learns)
+
+
+def load_drafter(args: ServingArguments, target: PreTrainedModel) -> PreTrainedModel | Eagle3Head:
+    """The drafter as the trainer keeps it, in float32 on `target`'s device: --drafter head, the head at --head_path
+    (or a fresh one for `target`); otherwise the draft model at --student_model_path."""
+    if args.drafter == "head":
+        return load_head_drafter(target, args.head_path)
+    return load_model(args.student_model_path, "float32", None).to(target.device)
 
 
 def export_draft(draft: PreTrainedModel | Eagle3Head, path: str | Path, dtype: torch.dtype) -> None:

@@ -16,16 +16,13 @@ baseline too when comparing. `osd.spec.serving_choice` measures when it pays.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import torch
 from torch import nn
 
 from osd.spec.weight_major import bf16_cpu_inference, retype_plain_linears
-
-try:
-    import numba
-except ImportError:  # an optional speed-up: without numba the layers keep nn.Linear's path
-    numba = None
 
 ROW_BLOCK = (
     4  # input rows multiplied per pair of widened weight rows (8 sums in registers, AVX2's 16 suffice)
@@ -76,19 +73,28 @@ def _rows_kernel(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
             n += 1
 
 
-_kernel = None if numba is None else numba.njit(fastmath=True, nogil=True, cache=True)(_rows_kernel)
+@cache
+def _kernel():
+    """The jitted kernel; None without numba (an optional speed-up: the layers keep nn.Linear's path). Imported
+    on first use, not with this module: a process that forks vLLM's workers must not hold llvmlite's modules, whose
+    attributes break vLLM's start-up scan of sys.modules (its Triton kernel overrides)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.njit(fastmath=True, nogil=True, cache=True)(_rows_kernel)
 
 
 def kernel_available() -> bool:
     """Whether numba imports here (the kernel compiles on first use, about a second, cached on disk after)."""
-    return _kernel is not None
+    return _kernel() is not None
 
 
 def bf16_rows_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x [N, in] bf16 @ weight.T ([out, in] bf16, contiguous) -> [N, out] bf16, by the kernel."""
     x32 = x.to(torch.float32).contiguous()  # [N, in], exact
     y = torch.empty(x.shape[0], weight.shape[0], dtype=torch.float32)  # [N, out]
-    _kernel(weight.detach().view(torch.int16).numpy().view(np.uint16), x32.numpy(), y.numpy())
+    _kernel()(weight.detach().view(torch.int16).numpy().view(np.uint16), x32.numpy(), y.numpy())
     return y.to(torch.bfloat16)
 
 

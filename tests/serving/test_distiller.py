@@ -12,8 +12,10 @@ from osd.online.config import OnlineArguments
 from osd.online.loop import SHARED_DRAFT
 from osd.online.records import OnlineState
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
+from osd.serving.config import ServingArguments
 from osd.serving.distiller import DraftDistiller, export_draft
 from osd.spec.draft_vocab import SubVocabHead, set_draft_vocab
+from osd.spec.eagle3 import Eagle3Head, save_head
 
 PROMPT, GENERATED = [1, 40, 41, 42, 43], [50, 51, 52, 53, 54, 55]
 
@@ -115,3 +117,19 @@ def test_a_subvocab_draft_trains_on_its_tokens(tmp_path) -> None:
         log_p = torch.log_softmax(query.target_logits[:, ids].float(), -1)  # [W, V']
     expected = (log_p.exp() * (log_p - log_q)).sum(-1).mean().item()
     assert loss == pytest.approx(expected, rel=1e-4)
+
+
+def test_from_args_distils_the_drafter_the_flags_name(tmp_path) -> None:
+    """`DraftDistiller.from_args` (osd.serving's and bench_vllm's): --drafter head, the head at --head_path in
+    float32; otherwise the draft model at --student_model_path, with its sub-vocabulary head installed."""
+    target = AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)
+    head = Eagle3Head.for_target(target, seed=3)
+    save_head(head, tmp_path / "head", target)
+    flags = {"data_path": "stream.json", "output_dir": str(tmp_path / "out"), "student_model_path": str(TINY_DRAFT_PATH),
+             "teacher_model_path": str(TINY_TEACHER_PATH)}  # fmt: skip
+    args = ServingArguments(**flags, drafter="head", head_path=str(tmp_path / "head"))
+    served = DraftDistiller.from_args(args, target).draft
+    assert isinstance(served, Eagle3Head) and served.fc.weight.dtype == torch.float32
+    torch.testing.assert_close(served.fc.weight, head.fc.weight)
+    draft = DraftDistiller.from_args(ServingArguments(**flags), target).draft
+    assert not isinstance(draft, Eagle3Head) and draft.dtype == torch.float32

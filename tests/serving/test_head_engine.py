@@ -19,6 +19,7 @@ pytest.importorskip(
 
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
+from osd.online.loop import Query  # noqa: E402
 from osd.paths import TINY_TEACHER_PATH, workload_path  # noqa: E402
 from osd.serving.acceptance import vllm_acceptance  # noqa: E402
 from osd.serving.config import ServingArguments  # noqa: E402
@@ -154,3 +155,25 @@ def test_the_online_loop_distils_the_head_and_swaps_it_in(served, teacher, tmp_p
     assert not torch.equal(head.fc.weight, heads["trained"].fc.weight)  # the updates moved the head
     assert_serves(llm, head)
     assert all(0 <= e["alpha"] <= 1 for e in entries) and entries[-1]["swap_time_s"] < SWAP_LIMIT_S, entries
+
+
+def test_bench_vllm_compares_the_head_with_osds_engine(
+    served, teacher, prompts, target_only, tmp_path
+) -> None:
+    """`benchmarks.bench_vllm --head`'s comparison on the tiny teacher (float32: no bf16 near-ties): vLLM with the
+    head, osd's engine with it and vLLM's target alone emit the same tokens for every query, and each engine's osd
+    alpha is pooled per domain and over the stream."""
+    from benchmarks.bench_vllm import compare_head_to_engine
+
+    llm, heads, files = served
+    swap_draft(llm, files["trained"])
+    head = save_head(heads["trained"], tmp_path / "head", teacher)
+    args = ServingArguments(data_path="stream.json", output_dir=str(tmp_path), max_propose_num=GAMMA,
+                            max_new_tokens=MAX_NEW, teacher_dtype="float32")  # fmt: skip
+    queries = [Query(p, {"dataset": "sql" if i < 4 else "math"}) for i, p in enumerate(prompts)]  # conftest's
+    result = compare_head_to_engine(llm, target_only, queries, args, str(head), teacher)
+    for equal in ("same_outputs", "vllm_as_target_alone", "osd_spec_as_target_alone"):
+        assert result["overall"][equal] == "8/8", result
+    for measures in (result["overall"], result["per_domain"]["sql"], result["per_domain"]["math"]):
+        assert all(0 <= measures[k] <= 1 for k in ("vllm", "vllm_without_first_step", "osd_spec")), result
+    assert result["per_domain"]["code"]["osd_spec"] is None  # no query of the domain: no alpha
