@@ -73,7 +73,9 @@ def test_a_head_serves_the_same_prompts_beside_the_draft(tmp_path):
     result = run(tmp_path, "--draft", str(TINY_DRAFT_PATH), "--head", str(tmp_path / "head"))
     rows = {r["method"]: r for r in result["rows"]}
     head, entry = rows["osd.spec, EAGLE-3 head"], result["head"]
-    assert entry["generated_tokens"] == result["generated_tokens"]["target_only"]  # greedy: the target's tokens
+    assert (
+        entry["generated_tokens"] == result["generated_tokens"]["target_only"]
+    )  # greedy: the target's tokens
     assert 0 <= head["alpha"] <= 1
     assert entry["path"].endswith("head") and 0 < entry["c"] != result["c"]  # the head's own step, timed
     assert head["speedup"] == pytest.approx(entry["measured_over_eq2"] * entry["eq2_predicted_speedup"])
