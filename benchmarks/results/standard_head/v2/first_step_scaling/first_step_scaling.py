@@ -1,4 +1,4 @@
-"""The scratch script behind first_step_scaling/*.json (issue 46), kept as it ran, its paths made flags: a head
+r"""The scratch script behind first_step_scaling/*.json (issue 46), kept as it ran, its paths made flags: a head
 trained with one chain step (--ttt 1) on the first --examples examples of the general corpus (4 a step, AdamW lr 1e-3,
 10 warmup steps, cosine to 10% over --steps), scored at --evals steps on the first 8 prompts of each domain's eval
 recording (its states added, `record --features`): top-1 agreement with the target's argmax and KL(target || head)
