@@ -29,19 +29,10 @@ from osd.analysis.recording import Recording, load_recording
 from osd.datafiles import write_output
 from osd.online.head_loss import ttt_logits
 from osd.paths import TARGET_PATH, repo_relative
-from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.drafter import Drafter
-from osd.spec.eagle3 import Eagle3Head, load_head
+from osd.spec.drafter import Drafter, load_drafter
+from osd.spec.eagle3 import Eagle3Head
 from osd.spec.timing import machine
 from osd.user_errors import positive_int, run_main
-
-
-def load_drafter(path: str) -> Drafter:
-    """A speculators-format head folder, or a draft model (its saved sub-vocabulary head installed), in float32."""
-    config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    if config.get("speculators_model_type") == "eagle3":
-        return load_head(path).float()
-    return apply_draft_vocab(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)).eval()
 
 
 @torch.no_grad()
@@ -89,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
         recording.prompts = recording.prompts[: args.limit]
     table = {}
     for path in args.drafters:
-        drafter = load_drafter(path)
+        drafter = load_drafter(path, torch.float32)
         table[path] = {name: agreement(drafter, embed, rec, args.steps) for name, rec in recordings.items()}
         for name, shares in table[path].items():
             print(

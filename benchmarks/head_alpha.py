@@ -30,20 +30,9 @@ from osd.alpha import format_alpha, pooled_alpha
 from osd.analysis.recording import load_recording
 from osd.paths import TARGET_PATH, repo_relative
 from osd.spec import SpeculativeDecoder
-from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.drafter import Drafter
-from osd.spec.eagle3 import load_head
+from osd.spec.drafter import Drafter, load_drafter
 from osd.spec.timing import draft_step_time, machine, step_time
 from osd.user_errors import run_main
-
-
-def load_drafter(path: str) -> Drafter:
-    """A speculators-format EAGLE-3 head folder (`save_head`), or a draft model folder with its saved
-    sub-vocabulary head installed (as the engine steps it); as stored (bf16)."""
-    config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    if config.get("speculators_model_type") == "eagle3":
-        return load_head(path)
-    return apply_draft_vocab(AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval())
 
 
 def engine_alpha(
@@ -79,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.bfloat16).eval()
     results = {}
     for path in args.drafters:
-        drafter, start = load_drafter(path), time.time()
+        drafter, start = load_drafter(path, torch.bfloat16), time.time()
         rows = {Path(r).name.removesuffix(".jsonl"): engine_alpha(drafter, target, r, args.gamma, args.limit)
                 for r in args.recordings}  # fmt: skip
         alphas = [row["alpha"] for row in rows.values() if row["alpha"] is not None]

@@ -12,14 +12,16 @@ hands to the head's cache after each step (`osd.spec.head_cache`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Protocol
 
 import torch
-from transformers import PreTrainedModel
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from osd.spec.batched import RowCache
-from osd.spec.eagle3 import Eagle3Head, save_head
+from osd.spec.draft_vocab import apply_draft_vocab
+from osd.spec.eagle3 import Eagle3Head, load_head, save_head
 from osd.spec.head_cache import HeadRows, HeadSequence
 from osd.spec.llama_draft import draft_cache, prepare_lean_step
 
@@ -78,3 +80,13 @@ def save_drafter(drafter: Drafter, path: str | Path) -> None:
         save_head(drafter, path)
     else:
         drafter.save_pretrained(path)
+
+
+def load_drafter(path: str | Path, dtype: torch.dtype) -> Drafter:
+    """A drafter folder as `save_drafter` writes it, in `dtype`: a speculators-format EAGLE-3 head (its config's
+    `speculators_model_type`), else a draft model with its saved sub-vocabulary head installed, as the engine
+    steps it."""
+    config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    if config.get("speculators_model_type") == "eagle3":
+        return load_head(path).to(dtype)
+    return apply_draft_vocab(AutoModelForCausalLM.from_pretrained(path, dtype=dtype)).eval()
