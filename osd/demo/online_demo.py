@@ -202,9 +202,10 @@ def serve_online(
         disable_tqdm=True, seed=0, **vars(online),
     )  # fmt: skip
     blocks = out / "drafts" if args.stream == "abrupt" else None
-    run_info = {"student_model_path": args.draft if online.drafter == "model" else online.head_path,
+    drafter_path = args.draft if online.drafter == "model" else online.head_path  # None: a fresh head
+    run_info = {"student_model_path": drafter_path,
                 "teacher_model_path": args.target,
-                "data_path": str(out.resolve() / "stream.json"),
+                "data_path": str(Path(args.output_dir).resolve() / "stream.json"),  # both drafters' stream
                 "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}"}  # fmt: skip
     trainer = build_trainer(training_args, draft, teacher, tokenizer, dataset, run_info=repo_relative(run_info),
                             callbacks=[StreamProgress(stream, blocks, lag=int(online.online_background_update))])  # fmt: skip
@@ -218,7 +219,6 @@ def serve_online(
         stream, dataset, state.queries, decoder, baseline, tokenizer.eos_token_id, args, alone
     )
     costs = report.machine_costs(standard, teacher, baseline, args.gamma, prompt_tokens, rows)
-    drafter_path = args.draft if online.drafter == "model" else online.head_path
     ceiling = report.recorded_ceiling(ceiling_path, stream, args, drafter_path) if drafter_path else None
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
