@@ -30,9 +30,19 @@ def offline_wandb(folder: Path) -> Iterator[None]:
             wandb.teardown()
 
 
+def offline_runs(folder: Path) -> list[Path]:
+    """The offline runs written under `folder`, oldest first."""
+    return sorted((Path(folder) / "wandb").glob("offline-run-*"))
+
+
 def run_records(folder: Path) -> list[dict]:
     """The records of the one offline run under `folder`."""
-    (run,) = (Path(folder) / "wandb").glob("offline-run-*")
+    (run,) = offline_runs(folder)
+    return read_run(run)
+
+
+def read_run(run: Path) -> list[dict]:
+    """The records of one offline run folder."""
     out = subprocess.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run)],
         check=True, capture_output=True, text=True, timeout=120,

@@ -46,7 +46,7 @@ from osd.conversations import save_conversations
 from osd.datafiles import claim_output_dir, refuse_overwrite
 from osd.demo import report
 from osd.demo.target import TARGET_NAME
-from osd.distill.callbacks import StreamProgress, setup_wandb
+from osd.distill.callbacks import StreamProgress, finish_wandb_run, setup_wandb
 from osd.distill.config import DistillTrainingArguments
 from osd.distill.data import ConversationDataset
 from osd.distill.experiment import build_trainer
@@ -129,7 +129,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--output_dir", default="outputs/online_demo")
     add("--threads", type=int, default=1, help="torch CPU threads")
     add("--report_to", nargs="+", default=["none"], help="e.g. wandb (offline without an API key)")
-    add("--run_name", help="the wandb run's name (default: built from the models and stream)")
+    add("--run_name", help="the wandb run's name (default: built from the models and stream); "
+        "with --compare_head the head's run is named with -head added")  # fmt: skip
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device on this machine")
@@ -181,12 +182,13 @@ class DrafterRun:
 def serve_online(
     args: argparse.Namespace, online: OnlineArguments, out: Path, learning_rate: float, models: tuple,
     ceiling_path: str, stream: list[dict], dataset: ConversationDataset, layout, prompt_tokens: int,
-    alone: list[dict] | None = None,
+    alone: list[dict] | None = None, run_name: str | None = None,
 ) -> DrafterRun:  # fmt: skip
     """Serve the stream online with one drafter (models: the drafter that learns, its untouched serving copy, the
     served target, the target as it decodes fastest alone, the tokenizer), then its Standard SD on each domain's
     tail; the target alone is timed there too, unless `alone` holds an earlier pass's rows on the same queries.
-    The tables' ceiling is read from `ceiling_path`; its draft, block drafts and metrics go in `out`."""
+    The tables' ceiling is read from `ceiling_path`; its draft, block drafts and metrics go in `out`, its wandb run
+    (if reported) is named `run_name` (default: built from the models and stream)."""
     draft, standard, teacher, baseline, tokenizer = models
     if layout.dtype == "bfloat16" and layout.retype is not None:  # the drafts' bf16 serving copies alike
         for model in (draft, standard):
@@ -198,7 +200,7 @@ def serve_online(
         learning_rate=learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0,
         max_grad_norm=0.0, kl_method=args.kl_method, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
         freeze_embeddings=args.freeze_embeddings, draft_vocab_rows_only=rows_only, eval_on_start=False,
-        save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=args.run_name, use_cpu=args.device == "cpu",
+        save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=run_name, use_cpu=args.device == "cpu",
         disable_tqdm=True, seed=0, **vars(online),
     )  # fmt: skip
     blocks = out / "drafts" if args.stream == "abrupt" else None
@@ -255,14 +257,16 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     args.gamma, teacher, baseline = choice.gamma, targets[choice.layout], targets[choice.baseline]
     common = (stream, dataset, LAYOUTS[choice.layout], prompt_tokens)
     models = (draft, standard, teacher, baseline, tokenizer)
-    main_run = serve_online(args, online, out, args.learning_rate, models, args.ceiling, *common)
+    main_run = serve_online(args, online, out, args.learning_rate, models, args.ceiling, *common,
+                            run_name=args.run_name)  # fmt: skip
     head_run = None
     if args.compare_head:  # the same stream, machine and choice, with the head in the draft model's place
         head_online = replace(online, drafter="head", head_path=args.compare_head)
         head, head_standard = load_drafts(args, head_online, tokenizer)
         models = (head, head_standard.to(args.device), teacher, baseline, tokenizer)
+        finish_wandb_run()  # the head's metrics in a run of its own
         head_run = serve_online(args, head_online, out / "head", args.head_learning_rate, models, args.head_ceiling,
-                                *common, alone=main_run.rows)  # fmt: skip
+                                *common, alone=main_run.rows, run_name=args.run_name and f"{args.run_name}-head")  # fmt: skip
 
     command = "python -m osd.demo.online_demo " + " ".join(argv)
     summary = {"command": command.strip(), "machine": machine(args.device), **run_summary(main_run),

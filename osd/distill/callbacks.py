@@ -9,6 +9,7 @@ import json
 import logging
 import netrc
 import os
+import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -163,6 +164,14 @@ def setup_wandb(report_to: list[str] | str | None) -> None:
         logger.warning(
             "No wandb API key (WANDB_API_KEY or ~/.netrc): wandb logs offline; run `wandb sync` later."
         )
+
+
+def finish_wandb_run() -> None:
+    """End the open wandb run, if any. HF's WandbCallback leaves its run open after training and logs a later
+    Trainer's run into an open one: a process that trains twice calls this in between."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()
 
 
 def run_config(args: DistillTrainingArguments, **entries: Any) -> dict[str, Any]:

@@ -16,7 +16,16 @@ from osd.metric_keys import group_key, wandb_key
 from osd.paths import DOMAINS, TINY_DRAFT_PATH, TINY_TEACHER_PATH, repo_relative
 from osd.spec.eagle3 import Eagle3Head, load_head, save_head
 from osd.spec.serving_choice import available_layouts
-from tests.wandb_offline import history, offline_wandb, run_config, run_name, run_records, step_metrics
+from tests.wandb_offline import (
+    history,
+    offline_runs,
+    offline_wandb,
+    read_run,
+    run_config,
+    run_name,
+    run_records,
+    step_metrics,
+)
 
 
 def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, capsys):
@@ -102,6 +111,23 @@ def test_compare_head_serves_the_same_stream_with_a_head_beside_the_draft_model(
     printed = capsys.readouterr().out
     assert "=== EAGLE-3 head (--compare_head, the same stream) ===" in printed
     assert "side by side, all domains' tails" in printed
+
+
+@pytest.mark.slow
+def test_compare_head_logs_each_drafter_to_a_wandb_run_of_its_own(tmp_path):
+    """HF's WandbCallback logs into a run left open: the head's run must not land in the draft model's."""
+    head_path = tmp_path / "head_in"
+    save_head(Eagle3Head.for_target(AutoModelForCausalLM.from_pretrained(TINY_TEACHER_PATH)), head_path)
+    with offline_wandb(tmp_path):
+        main(["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
+              "--domains", "sql", "code", "--per_domain", "2", "--tail", "1", "--max_new_tokens", "6",
+              "--gamma", "3", "--compare_head", str(head_path), "--output_dir", str(tmp_path / "demo"),
+              "--report_to", "wandb", "--run_name", "both"])  # fmt: skip
+    runs = [read_run(run) for run in offline_runs(tmp_path)]
+    assert [run_name(records) for records in runs] == ["both", "both-head"]
+    for records in runs:  # each run: one entry per query served
+        served = [row["train/queries_served"] for row in history(records) if "train/alpha" in row]
+        assert served == [1, 2, 3, 4]
 
 
 def test_compare_head_is_refused_beside_a_head_drafter(capsys):
