@@ -66,7 +66,7 @@ from osd.spec.timing import machine
 from osd.streams import abrupt_stream
 from osd.user_errors import non_negative_float, run_main
 
-CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "v3_45x32_lean" / "ceiling.json"
+CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling"  # one file per gamma
 PRESET = OnlineArguments(
     online_eval_interval=1, online_steps_per_update=4, online_loss_positions="all",
     online_background_update=True, draft_serving_dtype="bfloat16",
@@ -91,7 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="queries at the end of each segment in the tables (default: a third)",
     )
     add("--ceiling", default=str(CEILING_PATH),
-        help="osd.analysis.online_replay --offline_steps result recorded on this stream and draft ('none': no line)")  # fmt: skip
+        help="osd.analysis.online_replay --offline_steps result recorded on this stream, draft and gamma, or a folder "
+        "of them, the first that matches drawn ('none': no line)")  # fmt: skip
     add_online_flags(parser, PRESET)
     add("--learning_rate", type=non_negative_float, default=1e-4)
     add("--compare_head", default=None, metavar="HEAD",
@@ -140,6 +141,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(str(e))
     if not 0 < args.expected_alpha < 1 or args.max_gamma < 1:
         parser.error(f"--expected_alpha must lie in (0, 1) and --max_gamma be >= 1, got {args.expected_alpha}, {args.max_gamma}")  # fmt: skip
+    for flag in ("ceiling", "head_ceiling"):
+        if getattr(args, flag) != "none" and not Path(getattr(args, flag)).exists():
+            parser.error(f"--{flag} {getattr(args, flag)}: no such file or folder ('none': no ceiling line)")
     if args.compare_head and args.drafter != "model":
         parser.error("--compare_head serves a head beside the draft model: leave --drafter at 'model'")
     args.tail = args.tail or tail_length(args.per_domain)

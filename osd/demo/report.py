@@ -210,22 +210,27 @@ def alpha_points(queries: list[QueryStats]) -> tuple[list[float], list[float]]:
 def recorded_ceiling(
     path: str, stream: list[dict], args: argparse.Namespace, drafter: str
 ) -> dict[str, float] | None:
-    """Per-domain alpha of the offline-distilled ceiling from an `osd.analysis.online_replay
-    --offline_steps` result, if it was recorded on this very stream, drafter (a draft model's or a head's
-    folder), gamma and answer length, over the tail the tables compare (the last third of each block); else
-    None, with a note."""
-    if path == "none" or not Path(path).is_file():
+    """Per-domain alpha of the offline-distilled ceiling from an `osd.analysis.online_replay --offline_steps`
+    result (`path`: its file, or a folder of them, e.g. one per gamma), the first recorded on this very stream,
+    drafter (a draft model's or a head's folder), gamma and answer length, over the tail the tables compare (the
+    last third of each block); else None, with a note."""
+    if path == "none":
         return None
-    recorded = json.loads(Path(path).read_text())
-    same = {
-        "stream": [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream],
-        "draft": (REPO_ROOT / recorded["draft"]).resolve() == Path(drafter).resolve(),
-        "gamma": recorded.get("gamma") == args.gamma,
-        "max_new_tokens": recorded.get("max_new_tokens") == args.max_new_tokens,
-        "tail": args.tail == tail_length(args.per_domain),
-    }
-    if not all(same.values()) or "offline" not in recorded:
-        differ = [k for k, v in same.items() if not v] or ["no offline run"]
-        print(f"--ceiling {path}: recorded with another {', '.join(differ)}; the plot has no ceiling line")
-        return None
-    return recorded["offline"]
+    files = sorted(Path(path).glob("*.json")) if Path(path).is_dir() else [Path(path)]
+    mismatches = []
+    for file in files:
+        recorded = json.loads(file.read_text())
+        same = {
+            "stream": [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream],
+            "draft": (REPO_ROOT / recorded["draft"]).resolve() == Path(drafter).resolve(),
+            "gamma": recorded.get("gamma") == args.gamma,
+            "max_new_tokens": recorded.get("max_new_tokens") == args.max_new_tokens,
+            "tail": args.tail == tail_length(args.per_domain),
+        }
+        if all(same.values()) and "offline" in recorded:
+            return recorded["offline"]
+        differ = ", ".join([k for k, v in same.items() if not v] or ["no offline run"])
+        mismatches.append(differ if len(files) == 1 else f"{file.name}: {differ}")
+    print(f"--ceiling {path}: recorded with another {'; '.join(mismatches) or 'nothing: no file'}; "
+          "the plot has no ceiling line")  # fmt: skip
+    return None

@@ -130,6 +130,13 @@ def test_compare_head_logs_each_drafter_to_a_wandb_run_of_its_own(tmp_path):
         assert served == [1, 2, 3, 4]
 
 
+def test_a_ceiling_that_is_not_there_is_refused_before_serving(tmp_path, capsys):
+    for flag in ("--ceiling", "--head_ceiling"):
+        with pytest.raises(SystemExit):
+            parse_args([flag, str(tmp_path / "missing.json")])
+        assert f"{flag} {tmp_path / 'missing.json'}: no such file or folder" in capsys.readouterr().err
+
+
 def test_compare_head_is_refused_beside_a_head_drafter(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--drafter", "head", "--compare_head", "h"])
@@ -183,6 +190,13 @@ def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp
     summary = main(pair + ["--output_dir", str(tmp_path / "second"), "--ceiling", str(ceiling)])
     assert {r["domain"]: r["ceiling"] for r in summary["domains"]} == offline
     assert "offline ceiling" in capsys.readouterr().out
+    folder = tmp_path / "ceilings"  # one file per gamma: the one recorded at the run's gamma is drawn
+    folder.mkdir()
+    other_gamma = json.loads(ceiling.read_text()) | {"gamma": 2, "offline": dict.fromkeys(offline, 0.0)}
+    (folder / "gamma2.json").write_text(json.dumps(other_gamma))
+    (folder / "gamma3.json").write_text(ceiling.read_text())
+    summary = main(pair + ["--output_dir", str(tmp_path / "folder"), "--ceiling", str(folder)])
+    assert {r["domain"]: r["ceiling"] for r in summary["domains"]} == offline
 
     other = main(
         pair + ["--per_domain", "2", "--output_dir", str(tmp_path / "third"), "--ceiling", str(ceiling)]
