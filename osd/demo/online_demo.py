@@ -224,10 +224,10 @@ def serve_online(
     rows = report.tail_rows(
         stream, dataset, state.queries, decoder, baseline, tokenizer.eos_token_id, args, alone
     )
-    costs = report.machine_costs(standard, teacher, baseline, args.gamma, prompt_tokens, rows)
     ceiling = report.recorded_ceiling(ceiling_path, stream, args, drafter_path) if drafter_path else None
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
+    costs = report.machine_costs(standard, teacher, baseline, args.gamma, prompt_tokens, rows)
     name = TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name
     png = report.plot_run(
         state.queries, rows, stream, out / "alpha.png", name, args, online.online_update_interval

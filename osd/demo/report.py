@@ -157,7 +157,8 @@ def machine_costs(
     draft step in a chain of gamma between target passes, as the engine takes it), the verification of gamma + 1
     tokens, the prefill of a mean prompt, and the baseline's step and prefill (`baseline`: the target as it decodes fastest alone). At the mean tail alphas, over the
     baseline: Eq. 2 with the measured verification cost (`eq2_*`), and the same with each side's prefill
-    charged to queries of the tails' mean length (`prefill_eq2_*`, `osd.cost_model.query_time`)."""
+    charged to queries of the tails' mean length (`prefill_eq2_*`, `osd.cost_model.query_time`); `*_ceiling` at
+    the rows' recorded offline ceilings (None without one)."""
     context = prompt_tokens + rows[0]["standard"]["target_tokens"] // (2 * len(rows[0]["queries"]))
     c, _, step = cost_ratio(standard, target, context, gamma, reps=5, rounds=3)
     base = step if baseline is target else step_time(baseline, context, reps=5, rounds=3)
@@ -166,8 +167,9 @@ def machine_costs(
              "baseline_prefill": prefill_time(baseline, prompt_tokens) / step}  # fmt: skip
     new_tokens = sum(r["standard"]["target_tokens"] for r in rows) / sum(len(r["queries"]) for r in rows)
     alone = costs["baseline_prefill"] + new_tokens * costs["baseline_step"]
-    for run in ("standard", "online"):
-        alphas = [r[run]["alpha"] for r in rows if r[run]["alpha"] is not None]  # None: nothing proposed
+    for run in ("standard", "online", "ceiling"):  # the ceiling: what online distillation could reach
+        alphas = [a for a in (r.get("ceiling") if run == "ceiling" else r[run]["alpha"] for r in rows)
+                  if a is not None]  # None: nothing proposed, or no ceiling recorded  # fmt: skip
         mean = sum(alphas) / len(alphas) if alphas else None
         costs[f"eq2_{run}"], costs[f"prefill_eq2_{run}"] = (
             (None, None)
@@ -193,6 +195,11 @@ def print_costs(costs: dict[str, float], info: dict, gamma: int, layout: str, ba
         f"online SD {format_alpha(costs['eq2_online'], '.2f')}x over the target alone; charging each query "
         f"its prefill ({costs['prefill']:.1f} steps served, {costs['baseline_prefill']:.1f} alone): "
         f"{format_alpha(costs['prefill_eq2_standard'], '.2f')}x and {format_alpha(costs['prefill_eq2_online'], '.2f')}x"
+        + (
+            f"; at the offline ceiling's alphas: {costs['eq2_ceiling']:.2f}x"
+            if costs.get("eq2_ceiling")
+            else ""
+        )
     )
     if costs["verify_cost"] > 1.5:
         print(

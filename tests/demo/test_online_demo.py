@@ -189,7 +189,16 @@ def test_a_ceiling_recorded_on_the_same_stream_and_draft_is_drawn_and_tabled(tmp
     offline = json.loads(ceiling.read_text())["offline"]
     summary = main(pair + ["--output_dir", str(tmp_path / "second"), "--ceiling", str(ceiling)])
     assert {r["domain"]: r["ceiling"] for r in summary["domains"]} == offline
-    assert "offline ceiling" in capsys.readouterr().out
+    costs = summary["costs"]  # Eq. 2 at the ceiling's mean alpha, with the run's costs
+    mean = sum(offline.values()) / len(offline)
+    assert costs["eq2_ceiling"] == pytest.approx(
+        speedup_measured_verify(mean, 3, costs["c"], costs["verify_cost"]) * costs["baseline_step"]
+    )
+    printed = capsys.readouterr().out
+    assert (
+        "offline ceiling" in printed
+        and f"at the offline ceiling's alphas: {costs['eq2_ceiling']:.2f}x" in printed
+    )
     folder = tmp_path / "ceilings"  # one file per gamma: the one recorded at the run's gamma is drawn
     folder.mkdir()
     other_gamma = json.loads(ceiling.read_text()) | {"gamma": 2, "offline": dict.fromkeys(offline, 0.0)}
