@@ -64,7 +64,7 @@ from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.serving_choice import AUTO, DTYPES, LAYOUTS, available_layouts, measure_and_choose
 from osd.spec.timing import machine
 from osd.streams import abrupt_stream
-from osd.user_errors import non_negative_float, run_main
+from osd.user_errors import non_negative_float, non_negative_int, run_main
 
 CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling"  # one file per gamma
 PRESET = OnlineArguments(
@@ -72,7 +72,7 @@ PRESET = OnlineArguments(
     online_background_update=True, draft_serving_dtype="bfloat16",
 )  # fmt: skip
 OUTPUTS = ("alpha.png", "summary.json", "metrics.jsonl", "stream.json", "draft", "drafts", "head")
-HEAD_LEARNING_RATE = 1e-4
+HEAD_LEARNING_RATE, HEAD_REPLAY_QUERIES = 1e-4, 4  # chosen by replay (benchmarks/results/standard_head/v2)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -101,6 +101,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "draft model's, its outputs in --output_dir/head")  # fmt: skip
     add("--head_learning_rate", type=non_negative_float, default=HEAD_LEARNING_RATE,
         help="--compare_head: the head's online learning rate")  # fmt: skip
+    add("--head_replay_queries", type=non_negative_int, default=HEAD_REPLAY_QUERIES,
+        help="--compare_head: the head's --online_replay_queries (recent queries each update revisits)")  # fmt: skip
     add("--head_ceiling", default="none",
         help="--compare_head: the head's offline ceiling, as --ceiling (online_replay --drafter head --offline_steps)")  # fmt: skip
     add("--kl_method", default="forward")
@@ -265,7 +267,8 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
                             run_name=args.run_name)  # fmt: skip
     head_run = None
     if args.compare_head:  # the same stream, machine and choice, with the head in the draft model's place
-        head_online = replace(online, drafter="head", head_path=args.compare_head)
+        head_online = replace(online, drafter="head", head_path=args.compare_head,
+                              online_replay_queries=args.head_replay_queries)  # fmt: skip
         head, head_standard = load_drafts(args, head_online, tokenizer)
         models = (head, head_standard.to(args.device), teacher, baseline, tokenizer)
         finish_wandb_run()  # the head's metrics in a run of its own

@@ -97,6 +97,11 @@ def test_compare_head_serves_the_same_stream_with_a_head_beside_the_draft_model(
                     "--compare_head", str(head_path), "--head_learning_rate", "1e-3", "--output_dir", str(out)])  # fmt: skip
     head = summary["head"]
     assert head["head_path"].endswith("head_in") and head["updates"] == summary["updates"] == 4
+    peaks = {name: [e["buffer_peak_mb"] for e in map(json.loads, (folder / "metrics.jsonl").open())
+                    if "buffer_peak_mb" in e] for name, folder in (("model", out), ("head", out / "head"))}  # fmt: skip
+    # the head's buffer keeps --head_replay_queries (4) recent queries: its peak grows with each one served; the
+    # draft model's (the paper's buffer, emptied at each update) holds one query at a time
+    assert peaks["head"][-1] > 3 * peaks["head"][0] and peaks["model"][-1] < 1.5 * peaks["model"][0]
     for model_row, head_row in zip(summary["domains"], head["domains"], strict=True):
         assert model_row["queries"] == head_row["queries"]
         for key in ("target_tokens", "target_s"):  # the target alone, timed once
