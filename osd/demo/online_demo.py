@@ -72,7 +72,7 @@ PRESET = OnlineArguments(
     online_background_update=True, draft_serving_dtype="bfloat16",
 )  # fmt: skip
 OUTPUTS = ("alpha.png", "summary.json", "metrics.jsonl", "stream.json", "draft", "drafts", "head")
-HEAD_LEARNING_RATE, HEAD_REPLAY_QUERIES = 1e-4, 4  # chosen by replay (benchmarks/results/standard_head/v2)
+HEAD_LEARNING_RATE = 1e-4  # chosen by replay (benchmarks/results/standard_head/v2)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -101,8 +101,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "draft model's, its outputs in --output_dir/head")  # fmt: skip
     add("--head_learning_rate", type=non_negative_float, default=HEAD_LEARNING_RATE,
         help="--compare_head: the head's online learning rate")  # fmt: skip
-    add("--head_replay_queries", type=non_negative_int, default=HEAD_REPLAY_QUERIES,
-        help="--compare_head: the head's --online_replay_queries (recent queries each update revisits)")  # fmt: skip
+    add("--head_replay_queries", type=non_negative_int, default=None,
+        help="--compare_head: the head's --online_replay_queries (default: the draft model's); 4 lifts its alpha "
+        "and costs each update 5 queries' work")  # fmt: skip
     add("--head_ceiling", default="none",
         help="--compare_head: the head's offline ceiling, as --ceiling (online_replay --drafter head --offline_steps)")  # fmt: skip
     add("--kl_method", default="forward")
@@ -267,8 +268,12 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
                             run_name=args.run_name)  # fmt: skip
     head_run = None
     if args.compare_head:  # the same stream, machine and choice, with the head in the draft model's place
-        head_online = replace(online, drafter="head", head_path=args.compare_head,
-                              online_replay_queries=args.head_replay_queries)  # fmt: skip
+        replay = (
+            online.online_replay_queries if args.head_replay_queries is None else args.head_replay_queries
+        )
+        head_online = replace(
+            online, drafter="head", head_path=args.compare_head, online_replay_queries=replay
+        )
         head, head_standard = load_drafts(args, head_online, tokenizer)
         models = (head, head_standard.to(args.device), teacher, baseline, tokenizer)
         finish_wandb_run()  # the head's metrics in a run of its own

@@ -118,11 +118,14 @@ class OnlineLoop:
     def absorb(self, served: list[Served], last: bool) -> None:
         for s in served:
             self.state.add(s.stats)  # record stats
+        before = self.state.update_time_s
         self.updater.finish(wait=self.wait_for_updates or last)  # a background update lands
         if self.updater.learns:
             for s in served:
                 self.updater.add(s.route, s.keep(self.config.online_loss_positions))  # buffer
         self.last_loss = self.updater.update_due(last)  # update when due: now, or beside the next turn
+        for s in served:  # what the turn's queries waited on updates, shared among them
+            s.stats.update_time_s = (self.state.update_time_s - before) / len(served)
         if last:
             self.updater.close()
             self.refresh()  # the last update reaches what is served

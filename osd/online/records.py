@@ -31,6 +31,7 @@ class QueryStats:
     groups: dict[str, str]  # dataset / topic / language of the record
     num_generated: int = 0
     wall_time_s: float = 0.0  # the server's time on this query (the update's is apart)
+    update_time_s: float = 0.0  # updates' time on the serving path after it was served, before the next query
 
 
 def queries_alpha(queries: Sequence[QueryStats]) -> float | None:

@@ -4,6 +4,7 @@ a recording of the same target drive the same loop to the same acceptance; updat
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass, replace
 
 import pytest
@@ -57,12 +58,13 @@ class Item:
     nbytes: int = 8
 
 
-def scripted_loop(config: OnlineArguments, logs: list, learns: bool = True):
+def scripted_loop(config: OnlineArguments, logs: list, learns: bool = True, update_s: float = 0.0):
     draft = torch.nn.Linear(2, 2)
     trained: list[list[int]] = []
 
     def loss(model, buffer, backward):
         trained.append([q.n for q in buffer])
+        time.sleep(update_s)
         value = model.weight.sum()
         backward(value)
         return value.detach()
@@ -102,6 +104,16 @@ def test_a_background_update_runs_beside_the_next_turn_and_lands_after_it():
     assert trained == [[0], [1], [2]] and state.updates == 3 and state.background_update_time_s > 0
     # query 1 is served while the update on query 0 runs; it lands after query 1's turn
     assert server.events == ["serve 0", "serve 1", "refresh v1", "serve 2", "refresh v3"]
+
+
+def test_each_query_carries_the_update_time_that_held_up_serving_after_it():
+    config = OnlineArguments(online_update_interval=2)  # updates in line, after queries 1 and 3
+    loop, _, trained = scripted_loop(config, [], update_s=0.05)
+    state = loop.run([Query([n]) for n in range(5)])
+    waits = [q.update_time_s for q in state.queries]
+    assert trained == [[0, 1], [2, 3]]
+    assert waits[0] == waits[2] == waits[4] == 0.0 and min(waits[1], waits[3]) >= 0.05
+    assert sum(waits) == pytest.approx(state.update_time_s)
 
 
 def test_a_static_run_buffers_nothing_and_never_refreshes():
