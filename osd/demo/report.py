@@ -126,10 +126,16 @@ def print_tables(rows: list[dict], gamma: int) -> None:
         )
 
 
-def speedups(rows: list[dict]) -> str:
-    """Standard SD's and online SD's speedups over the target alone on all the rows' queries, as printed."""
+def speedups_over_alone(rows: list[dict]) -> tuple[float, float]:
+    """Standard SD's and online SD's speedups over the target alone on all the rows' queries."""
     base, std, onl = tokens_per_s(total_row(rows))
-    return f"{std / base:.2f}x, {onl / base:.2f}x"
+    return std / base, onl / base
+
+
+def speedups(rows: list[dict]) -> str:
+    """`speedups_over_alone`, as printed."""
+    std, onl = speedups_over_alone(rows)
+    return f"{std:.2f}x, {onl:.2f}x"
 
 
 def tokens_per_s(row: dict) -> tuple[float, float, float]:
