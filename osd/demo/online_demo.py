@@ -189,11 +189,11 @@ class DrafterRun:
 def serve_online(
     args: argparse.Namespace, online: OnlineArguments, out: Path, learning_rate: float, models: tuple,
     ceiling_path: str, stream: list[dict], dataset: ConversationDataset, layout, prompt_tokens: int,
-    alone: list[dict] | None = None, run_name: str | None = None,
+    run_name: str | None = None,
 ) -> DrafterRun:  # fmt: skip
     """Serve the stream online with one drafter (models: the drafter that learns, its untouched serving copy, the
-    served target, the target as it decodes fastest alone, the tokenizer), then its Standard SD on each domain's
-    tail; the target alone is timed there too, unless `alone` holds an earlier pass's rows on the same queries.
+    served target, the target as it decodes fastest alone, the tokenizer), then its Standard SD and the target alone
+    on each domain's tail (timed beside each drafter's pass: a machine's speed drifts over a run).
     The tables' ceiling is read from `ceiling_path`; its draft, block drafts and metrics go in `out`, its wandb run
     (if reported) is named `run_name` (default: built from the models and stream)."""
     draft, standard, teacher, baseline, tokenizer = models
@@ -224,9 +224,7 @@ def serve_online(
     state = trainer.loop.state  # the run's records: one QueryStats per query served
 
     decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
-    rows = report.tail_rows(
-        stream, dataset, state.queries, decoder, baseline, tokenizer.eos_token_id, args, alone
-    )
+    rows = report.tail_rows(stream, dataset, state.queries, decoder, baseline, tokenizer.eos_token_id, args)
     ceiling = report.recorded_ceiling(ceiling_path, stream, args, drafter_path) if drafter_path else None
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
@@ -278,7 +276,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
         models = (head, head_standard.to(args.device), teacher, baseline, tokenizer)
         finish_wandb_run()  # the head's metrics in a run of its own
         head_run = serve_online(args, head_online, out / "head", args.head_learning_rate, models, args.head_ceiling,
-                                *common, alone=main_run.rows, run_name=args.run_name and f"{args.run_name}-head")  # fmt: skip
+                                *common, run_name=args.run_name and f"{args.run_name}-head")  # fmt: skip
 
     command = "python -m osd.demo.online_demo " + " ".join(argv)
     summary = {"command": command.strip(), "machine": machine(args.device), **run_summary(main_run),

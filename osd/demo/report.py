@@ -24,19 +24,15 @@ from osd.spec.timing import prefill_time, step_time
 
 @torch.inference_mode()
 def serve_tail(
-    decoder: SpeculativeDecoder, baseline, prompts: list[list[int]], max_new_tokens: int, eos: int,
-    alone: dict | None = None,
-) -> dict:  # fmt: skip
+    decoder: SpeculativeDecoder, baseline, prompts: list[list[int]], max_new_tokens: int, eos: int
+) -> dict:
     """Serve prompts with `decoder` and with the target alone (`baseline`: the target as it decodes fastest
-    alone; or its tokens and seconds from `alone`, an earlier `serve_tail` on the same prompts); alpha and
-    (tokens, seconds) of each."""
+    alone); alpha and (tokens, seconds) of each."""
     outs = [
         decoder.generate(torch.tensor([p]), max_new_tokens=max_new_tokens, eos_token_id=eos) for p in prompts
     ]
     stats = AcceptanceStats.from_outputs(outs)
     sd = {"alpha": stats.alpha, "sd_tokens": stats.num_generated, "sd_s": stats.wall_time_s}
-    if alone is not None:
-        return sd | {"target_tokens": alone["target_tokens"], "target_s": alone["target_s"]}
     baseline_tokens, baseline_s = 0, 0.0
     for p in prompts:
         start = time.perf_counter()
@@ -46,18 +42,14 @@ def serve_tail(
 
 
 def tail_rows(stream: list[dict], dataset, queries: list[QueryStats], decoder: SpeculativeDecoder, baseline, eos: int,
-              args, alone: list[dict] | None = None) -> list[dict]:  # fmt: skip
+              args) -> list[dict]:  # fmt: skip
     """Per domain, its last --tail queries: the online run's alpha and latency on them, and Standard SD's
-    and the target alone's (`baseline`), served now; the target alone's taken from `alone` (an earlier pass's
-    rows over the same queries) when given."""
+    and the target alone's (`baseline`), served now."""
     rows = []
-    for k, domain in enumerate(
-        tqdm(args.domains, desc="Standard SD and the target alone on the same queries")
-    ):
+    for domain in tqdm(args.domains, desc="Standard SD and the target alone on the same queries"):
         indices = last_of_domain(stream, domain, args.tail)
         prompts = [dataset[i]["prompt_ids"] for i in indices]
-        earlier = None if alone is None else alone[k]["standard"]
-        standard = serve_tail(decoder, baseline, prompts, args.max_new_tokens, eos, earlier)
+        standard = serve_tail(decoder, baseline, prompts, args.max_new_tokens, eos)
         rows.append(
             {
                 "domain": domain,
