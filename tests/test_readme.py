@@ -3,6 +3,7 @@ path and relative link in the README, docs/ and benchmarks/README.md exists."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -76,8 +77,14 @@ def test_relative_links_in_docs_resolve(doc: str) -> None:
     assert not broken, f"{doc} links to missing files or headings: {broken}"
 
 
-def test_the_main_jobs_default_ceiling_is_recorded() -> None:
-    """The demo draws its ceiling only when the default file exists; a moved file would drop it silently."""
-    from osd.demo.online_demo import CEILING_PATH
+def test_the_main_jobs_default_ceilings_are_recorded() -> None:
+    """The demo draws its ceiling from the default folder's file recorded at the gamma it serves; a moved or missing
+    file would drop the line silently. Gammas 2-5: what the start-up choice takes on the CPUs measured so far."""
+    from osd.demo.online_demo import CEILING_PATH, parse_args
 
-    assert CEILING_PATH.is_file(), CEILING_PATH
+    recorded = [json.loads(f.read_text()) for f in sorted(CEILING_PATH.glob("*.json"))]
+    assert sorted(r["gamma"] for r in recorded) == [2, 3, 4, 5], CEILING_PATH
+    args = parse_args([])
+    for r in recorded:
+        assert (ROOT / r["draft"]).resolve() == Path(args.draft).resolve()
+        assert set(r["offline"]) == set(args.domains) and r["max_new_tokens"] == args.max_new_tokens
