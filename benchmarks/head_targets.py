@@ -19,20 +19,14 @@ import json
 import sys
 from pathlib import Path
 
-from osd.cost_model import alpha_from_tokens_per_step, speedup_measured_verify
+from osd.alpha import format_alpha
+from osd.cost_model import alpha_from_tokens_per_step
 from osd.datafiles import write_output
-from osd.demo.report import speedups_over_alone
+from osd.demo.report import mean_tail_alpha, speedups_over_alone
 from osd.paths import repo_relative
 from osd.user_errors import run_main
 
 RUNS = ("standard", "online")
-
-
-def mean_alpha(rows: list[dict], key: str) -> float | None:
-    """The mean over the domains' rows of their `key` alpha ("standard", "online" or "ceiling"); None if any
-    row lacks one."""
-    alphas = [row.get("ceiling") if key == "ceiling" else row[key]["alpha"] for row in rows]
-    return None if any(a is None for a in alphas) else sum(alphas) / len(alphas)
 
 
 def needed_alpha(speedup: float, costs: dict, gamma: int) -> float | None:
@@ -50,11 +44,7 @@ def head_targets(summary: dict, ratio: float) -> dict:
                 (("model", model), ("head", head))}  # fmt: skip
     table = {}
     for run in RUNS:
-        model_alpha = mean_alpha(model["domains"], run)
-        share = measured["model"][run] / (
-            speedup_measured_verify(model_alpha, gamma, model["costs"]["c"], model["costs"]["verify_cost"])
-            * model["costs"]["baseline_step"]
-        )
+        share = measured["model"][run] / model["costs"][f"eq2_{run}"]  # Eq. 2 at its mean tail alpha
         goal = ratio * measured["model"][run]
         table[run] = {
             "model_speedup": measured["model"][run],
@@ -63,14 +53,10 @@ def head_targets(summary: dict, ratio: float) -> dict:
             "goal": goal,
             "head_alpha_needed_full_eq2": needed_alpha(goal, head["costs"], gamma),
             "head_alpha_needed_at_model_share": needed_alpha(goal / share, head["costs"], gamma),
-            "head_alpha": mean_alpha(head["domains"], run),
-            "head_ceiling": mean_alpha(head["domains"], "ceiling"),
+            "head_alpha": mean_tail_alpha(head["domains"], run),
+            "head_ceiling": mean_tail_alpha(head["domains"], "ceiling"),
         }
     return {"gamma": gamma, "ratio": ratio, "runs": table}
-
-
-def fmt(alpha: float | None) -> str:
-    return "-" if alpha is None else f"{alpha:.3f}"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -94,8 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
           "share   head alpha reached, ceiling")  # fmt: skip
     for run, r in result["runs"].items():
         print(f"{run:<9} {r['model_speedup']:.2f}x ({r['model_share_of_eq2']:.2f})"
-              f"{'':>15}{r['head_speedup']:.2f}x {r['goal']:.2f}x {fmt(r['head_alpha_needed_full_eq2']):>22}, "
-              f"{fmt(r['head_alpha_needed_at_model_share'])}{'':>18}{fmt(r['head_alpha'])}, {fmt(r['head_ceiling'])}")  # fmt: skip
+              f"{'':>15}{r['head_speedup']:.2f}x {r['goal']:.2f}x {format_alpha(r['head_alpha_needed_full_eq2']):>22}, "
+              f"{format_alpha(r['head_alpha_needed_at_model_share'])}{'':>18}{format_alpha(r['head_alpha'])}, {format_alpha(r['head_ceiling'])}")  # fmt: skip
     result = {"command": "python -m benchmarks.head_targets " + " ".join(sys.argv[1:] if argv is None else argv),
               "summary_command": summary["command"], **result}  # fmt: skip
     if args.out:

@@ -24,7 +24,8 @@ def drafter_run(alpha: float, share: float, ceiling: float | None = None) -> dic
            "online": {"alpha": alpha, "tokens": tokens, "s": sd_s}}  # fmt: skip
     if ceiling is not None:
         row["ceiling"] = ceiling
-    return {"costs": COSTS, "domains": [row]}
+    eq2 = speedup_measured_verify(alpha, GAMMA, COSTS["c"], COSTS["verify_cost"]) * COSTS["baseline_step"]
+    return {"costs": COSTS | {"eq2_standard": eq2, "eq2_online": eq2}, "domains": [row]}  # as machine_costs
 
 
 @pytest.mark.parametrize("share", [1.0, 0.8])

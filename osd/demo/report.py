@@ -150,6 +150,15 @@ def total_row(rows: list[dict]) -> dict:
             "online": {k: add("online", k) for k in ("tokens", "s")}}  # fmt: skip
 
 
+def mean_tail_alpha(rows: list[dict], run: str) -> float | None:
+    """The mean over the domains' rows of their `run` alpha ("standard", "online" or "ceiling"), leaving out rows
+    without one (nothing proposed, or no ceiling recorded); None when no row has one."""
+    alphas = [
+        a for a in (r.get("ceiling") if run == "ceiling" else r[run]["alpha"] for r in rows) if a is not None
+    ]
+    return sum(alphas) / len(alphas) if alphas else None
+
+
 def machine_costs(
     standard, target, baseline, gamma: int, prompt_tokens: int, rows: list[dict]
 ) -> dict[str, float | None]:
@@ -168,9 +177,7 @@ def machine_costs(
     new_tokens = sum(r["standard"]["target_tokens"] for r in rows) / sum(len(r["queries"]) for r in rows)
     alone = costs["baseline_prefill"] + new_tokens * costs["baseline_step"]
     for run in ("standard", "online", "ceiling"):  # the ceiling: what online distillation could reach
-        alphas = [a for a in (r.get("ceiling") if run == "ceiling" else r[run]["alpha"] for r in rows)
-                  if a is not None]  # None: nothing proposed, or no ceiling recorded  # fmt: skip
-        mean = sum(alphas) / len(alphas) if alphas else None
+        mean = mean_tail_alpha(rows, run)
         costs[f"eq2_{run}"], costs[f"prefill_eq2_{run}"] = (
             (None, None)
             if mean is None
