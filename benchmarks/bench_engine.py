@@ -43,7 +43,7 @@ from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.hf_generate import timed_generate
 from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
-from osd.spec.timing import draft_step_time, machine, mid_answer_context, step_time
+from osd.spec.timing import draft_step_time, machine, mid_answer_context, target_pass_time
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
@@ -212,9 +212,9 @@ def main(argv: list[str] | None = None) -> dict:
     stats = serve([fixed[id(d)] for d in prompt_drafts], prompts, args.max_new_tokens, eos)
 
     context = mid_answer_context((p.shape[1] for p in prompts), args.max_new_tokens)
-    target_step = step_time(target, context)
+    target_step = target_pass_time(target, context)
     c = draft_step_time(draft, context) / target_step
-    verify_cost = step_time(target, context, length=args.gamma + 1) / target_step
+    verify_cost = target_pass_time(target, context, args.gamma + 1) / target_step
     base_tps = base_tokens / base_s
     measured = stats.tokens_per_s / base_tps
     figures = eq2(stats, args.gamma, c, verify_cost, base_tps)

@@ -5,7 +5,7 @@ from their config.json (a folder holding config.json is enough: no weights need 
 machine being measured; a draft config with `draft_vocab` gets its sub-vocabulary head). For each
 device and dtype: the target's cached one-token step, the draft's (c = draft step / target step),
 and a target pass over k + 1 tokens for k = 1..--max_gamma (its verification cost, in target
-steps), each timed by `osd.spec.timing.step_time` (the draft by `draft_step_time`, as the engine steps it); then Eq. 2 with that verification cost at each
+steps), each as the engine takes it (`osd.spec.timing.target_pass_time`, the draft by `draft_step_time`); then Eq. 2 with that verification cost at each
 --alpha, at gamma 1..--max_gamma and at the best of them. This predicts what speculative decoding
 can gain on a machine before a model is copied there; `bench_engine` measures it with real weights.
 

@@ -19,7 +19,7 @@ from osd.paths import REPO_ROOT
 from osd.plots import dataset_bands, plot_alpha
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
-from osd.spec.timing import prefill_time, step_time
+from osd.spec.timing import prefill_time, target_pass_time
 
 
 @torch.inference_mode()
@@ -170,8 +170,8 @@ def machine_costs(
     the rows' recorded offline ceilings (None without one)."""
     context = prompt_tokens + rows[0]["standard"]["target_tokens"] // (2 * len(rows[0]["queries"]))
     c, _, step = cost_ratio(standard, target, context, gamma, reps=5, rounds=3)
-    base = step if baseline is target else step_time(baseline, context, reps=5, rounds=3)
-    costs = {"c": c, "verify_cost": step_time(target, context, length=gamma + 1, reps=5, rounds=3) / step,
+    base = step if baseline is target else target_pass_time(baseline, context, reps=5, rounds=3)
+    costs = {"c": c, "verify_cost": target_pass_time(target, context, gamma + 1, reps=5, rounds=3) / step,
              "baseline_step": base / step, "prefill": prefill_time(target, prompt_tokens) / step,
              "baseline_prefill": prefill_time(baseline, prompt_tokens) / step}  # fmt: skip
     new_tokens = sum(r["standard"]["target_tokens"] for r in rows) / sum(len(r["queries"]) for r in rows)

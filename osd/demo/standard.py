@@ -32,7 +32,7 @@ from osd.prompting import encode_prompt
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
 from osd.spec.gamma import NEEDS_PROPOSALS, STANDARD_TIMING, parse_gamma
-from osd.spec.timing import step_time
+from osd.spec.timing import target_pass_time
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
@@ -89,7 +89,7 @@ def main() -> None:
     # a float32 target's faster layout (opt-in, osd.spec.weight_major): for SD, c and the baseline alike
     use_weight_major_linears(target)
     c, t_draft, t_target = cost_ratio(draft, target)
-    verify_cost = step_time(target, 64, length=cfg.gamma + 1) / t_target
+    verify_cost = target_pass_time(target, 64, cfg.gamma + 1) / t_target
     print(f"c = draft step / target step = {t_draft * 1e3:.2f} ms / {t_target * 1e3:.2f} ms = {c:.3f}")
 
     jobs = []

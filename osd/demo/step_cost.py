@@ -1,8 +1,8 @@
 """c = draft step time / target step time, measured on this machine.
 
 A step is one cached forward of one new token after a context of `context` tokens (what the
-draft does gamma times per speculative step, and what target-only decoding does per token),
-timed by `osd.spec.timing.step_time`.
+draft does gamma times per speculative step, and what target-only decoding does per token), each
+model's as the engine takes it (`osd.spec.timing`).
 
 Usage:
     python -m osd.demo.step_cost                          # the demo pair
@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.timing import chain_step_time, draft_step_time, step_time
+from osd.spec.timing import chain_step_time, draft_step_time, target_pass_time
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
@@ -33,14 +33,14 @@ def cost_ratio(
     when its config names one, `osd.spec.draft_vocab`; the lean Llama step where it applies). gamma: the draft's
     step within chains of gamma proposals between target passes, as the engine takes them
     (`osd.spec.timing.chain_step_time`); None: in a loop of draft steps alone (`draft_step_time`). timing:
-    `step_time`'s reps and rounds."""
+    `target_pass_time`'s reps and rounds."""
     draft = apply_draft_vocab(draft)
     t_draft = (
         draft_step_time(draft, context, **timing)
         if gamma is None
         else chain_step_time(draft, target, context, gamma, **timing)
     )
-    t_target = step_time(target, context, **timing)
+    t_target = target_pass_time(target, context, **timing)
     return t_draft / t_target, t_draft, t_target
 
 

@@ -10,7 +10,7 @@ sums decayed by 1 - 1/window per proposal, starting from `alpha` worth `prior_we
 a per-step moving average was too noisy at alpha ~0.2 and gamma 1, where a step is one 0/1
 observation), t_draft the draft's single-token step and t_verify(k) the target's
 forward over k + 1 tokens, both measured once per batch size on this machine
-(`osd.spec.timing.step_time`; or given with `set_costs`).
+(`osd.spec.timing.target_pass_time` at B = 1, `step_time` for a batch; or given with `set_costs`).
 
 Costs are noisy on a shared machine, and a wrong one kept the policy on a losing k. So:
 - the measured t_verify(k), k >= 1, is smoothed by a straight line t0 + d * k fitted robustly
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedModel
 
 from osd.cost_model import expected_tokens_per_step
-from osd.spec.timing import draft_step_time, step_time
+from osd.spec.timing import draft_step_time, step_time, target_pass_time
 
 
 @dataclass
@@ -113,6 +113,7 @@ class GammaPolicy:
     context: int = 64  # context length at which costs are measured
     timing_weight: float = 0.125  # weight of the newest verification timing in its running average
     lean_draft: bool = True  # the draft's step timed as the engine's lean path (False: HF's forward)
+    lean_target: bool = True  # the target's passes at B = 1 likewise (the batched engine's take HF's forward)
     costs: dict[int, StepCosts] = field(default_factory=dict)  # by batch size
     _interval: int = field(init=False)  # steps from one probe to the next
     _since_probe: int = field(init=False, default=0)
@@ -151,7 +152,12 @@ class GammaPolicy:
                 )
             # a batch of B > 1 prompts is padded to a common length: its attention runs with a mask
             timed = {"context": self.context, "reps": 5, "rounds": 2, "batch": batch, "padded": batch > 1}
-            verify = [step_time(target, length=k + 1, **timed) for k in range(self.max_gamma + 1)]
+            verify = [
+                step_time(target, length=k + 1, **timed)
+                if batch > 1
+                else target_pass_time(target, self.context, k + 1, reps=5, rounds=2, lean=self.lean_target)
+                for k in range(self.max_gamma + 1)
+            ]
             # the draft's step as the engine takes it: the lean Llama step where it applies, unless told otherwise
             draft_s = (draft_step_time if self.lean_draft else step_time)(draft, **timed)
             self.set_costs(batch, draft_s, verify)

@@ -21,7 +21,7 @@ position ids, so masked slots inside a row change nothing but the cost. (A slidi
 counts slots, masked ones included: within SLACK of the window's length a row would see fewer
 tokens than alone, as left padding already does in HF's batched `generate`.)
 
-Draft path. A Llama draft steps through `osd.spec.llama_draft.LeanLlama` (as in `generate`, unless
+Draft path. A Llama draft steps through `osd.spec.lean_llama.LeanLlama` (as in `generate`, unless
 `lean_draft=False`): the same logits as HF's forward over the same slots, positions and mask, without HF's
 per-call machinery. A padded fed token also attends to its own slot, so that no attention row is empty.
 
@@ -43,7 +43,7 @@ from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
 from osd.spec.cached_model import accepts_logits_to_keep, layer_inputs
-from osd.spec.llama_draft import KVStore, LeanLlama, supports_lean_step
+from osd.spec.lean_llama import KVStore, LeanLlama, supports_lean_step
 
 PAD_ID = 0  # fed at padded slots; masked, so any valid id does
 SLACK = 0.25  # masked slots may take up this share of a cache's width before it is compacted
@@ -72,7 +72,7 @@ class RowCache:
     encoder_mask: torch.Tensor | None  # [B, S]
     valid: torch.Tensor  # [B, W] long, on the model's device: 1 at slots holding a cached token of the row
     lengths: torch.Tensor  # [B] cached tokens per row (valid.sum(1), on the CPU)
-    # a Llama draft's lean step (`osd.spec.llama_draft`) or an EAGLE-3 head's (`osd.spec.head_cache`), not HF's
+    # a Llama draft's lean step (`osd.spec.lean_llama`) or an EAGLE-3 head's (`osd.spec.head_cache`), not HF's
     lean: LeanStep | None = None
     # decoder layers whose input states each forward keeps in `features` [B, u, len(hidden_layers) H] (for a head)
     hidden_layers: tuple[int, ...] = ()
@@ -103,7 +103,7 @@ class RowCache:
         B, device = input_ids.shape[0], model.device
         empty = (torch.zeros(B, 0, dtype=torch.long, device=device), torch.zeros(B, dtype=torch.long))
         if not model.config.is_encoder_decoder:
-            step = LeanLlama(model) if lean and supports_lean_step(model) else None
+            step = LeanLlama(model, pack_plain=True) if lean and supports_lean_step(model) else None
             return cls(model, None, None, *empty, step, hidden_layers)
         ids, mask = input_ids.to(device), mask.to(device)
         return cls(model, model.get_encoder()(input_ids=ids, attention_mask=mask), mask, *empty)

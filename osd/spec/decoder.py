@@ -28,6 +28,7 @@ from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.drafter import DraftCache, Drafter, row_cache, sequence_cache, target_layers
 from osd.spec.gamma import AUTO, DEFAULT, Gamma, parse_gamma
+from osd.spec.lean_llama import LeanLlamaCache, target_cache
 from osd.spec.records import SequenceRecord, SpecOutput, StepTimes
 from osd.spec.sampling import (
     accept_reject,
@@ -63,18 +64,19 @@ class SpeculativeDecoder:
         gamma: Gamma = DEFAULT,
         policy: GammaPolicy | None = None,
         lean_draft: bool = True,
+        lean_target: bool = True,
     ) -> None:
         """draft_model: a draft model, or an EAGLE-3 head (`osd.spec.eagle3`) that reads the target's hidden
         states (`osd.spec.drafter`). gamma: draft tokens per step (0: plain target decoding through this engine,
         a baseline), or "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
-        estimate and measured costs across decoders). lean_draft: a Llama draft steps through
-        `osd.spec.llama_draft` (the same logits, without HF's per-call machinery) where it can; False: always
-        through HF's forward. The models are used as given, never retyped: a float32 CPU target verifies
+        estimate and measured costs across decoders). lean_draft, lean_target: a Llama draft, and a Llama target
+        that no head reads, step through `osd.spec.lean_llama` (the same logits, without HF's per-call
+        machinery) where they can; False: always through HF's forward. The models are used as given, never retyped: a float32 CPU target verifies
         faster once its owner applies `osd.spec.weight_major.use_weight_major_linears` (to the target-only
         baseline too)."""
         gamma = parse_gamma(gamma, "gamma")
         if gamma == AUTO:
-            policy = policy or GammaPolicy(lean_draft=lean_draft)
+            policy = policy or GammaPolicy(lean_draft=lean_draft, lean_target=lean_target)
             gamma = policy.max_gamma
         elif policy is not None:
             raise ValueError(f"a GammaPolicy needs gamma='auto', got gamma={gamma!r}")
@@ -94,7 +96,7 @@ class SpeculativeDecoder:
             apply_draft_vocab(draft_model)  # a draft saved with a sub-vocabulary head (config.draft_vocab)
             draft_ids = draft_model.get_input_embeddings().num_embeddings
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
-        self.lean_draft = lean_draft
+        self.lean_draft, self.lean_target = lean_draft, lean_target
         self.vocab_size = min(v_draft, v_target)
         # ids the prompt may hold: rows of both input embeddings
         self.num_input_ids = min(draft_ids, target_model.get_input_embeddings().num_embeddings)
@@ -132,7 +134,7 @@ class SpeculativeDecoder:
         encoder_ids = input_ids if self.is_encoder_decoder else None
         draft, target = (
             sequence_cache(self.draft, self.target, encoder_ids, self.lean_draft),
-            CachedModel(self.target, encoder_ids, self.head_layers),
+            target_cache(self.target, encoder_ids, self.head_layers, self.lean_target),
         )
         record, times, eos = (
             SequenceRecord(prefix, len(prefix), return_target_logits),
@@ -235,7 +237,7 @@ class SpeculativeDecoder:
         self,
         s: SequenceRecord,
         draft: DraftCache,
-        target: CachedModel,
+        target: CachedModel | LeanLlamaCache,
         times: StepTimes,
         remaining: int,
         eos: set[int],

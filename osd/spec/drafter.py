@@ -23,13 +23,13 @@ from osd.spec.batched import RowCache
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.eagle3 import Eagle3Head, load_head, save_head
 from osd.spec.head_cache import HeadRows, HeadSequence
-from osd.spec.llama_draft import draft_cache, prepare_lean_step
+from osd.spec.lean_llama import draft_cache, prepare_lean_step
 
 Drafter = PreTrainedModel | Eagle3Head
 
 
 class DraftCache(Protocol):
-    """A drafter's state over one committed sequence (`CachedModel`, `LlamaDraftCache`, `HeadSequence`)."""
+    """A drafter's state over one committed sequence (`CachedModel`, `LeanLlamaCache`, `HeadSequence`)."""
 
     @property
     def device(self) -> torch.device: ...

@@ -43,7 +43,7 @@ from transformers.models.llama.modeling_llama import (
 
 from osd.paths import repo_relative
 from osd.spec.draft_vocab import full_vocab_logits
-from osd.spec.llama_draft import KVStore
+from osd.spec.lean_llama import KVStore
 
 SPECULATORS_FORMAT_VERSION = "0.9.0"  # the `speculators` release whose eagle3 layout `save_head` writes
 

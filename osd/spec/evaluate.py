@@ -10,9 +10,9 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from osd.alpha import pooled_alpha
-from osd.spec.cached_model import accepts_logits_to_keep
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.gamma import DEFAULT, Gamma
+from osd.spec.lean_llama import target_cache
 from osd.spec.records import SpecOutput
 
 
@@ -60,20 +60,18 @@ class AcceptanceStats:
 def target_only_greedy(
     model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int, eos_id: int
 ) -> list[int]:
-    """Plain cached greedy decoding with the target alone: the baseline speculative decoding must beat."""
-    keep = (
-        {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
-    )  # the LM head at the last position only
-    out = model(input_ids.to(model.device), use_cache=True, **keep)  # input_ids: [1, T]
+    """Plain cached greedy decoding of a decoder-only target alone, through the target's cache as
+    `SpeculativeDecoder` verifies with it (`target_cache`: the lean step where it applies): the baseline
+    speculative decoding must beat. input_ids [1, T]."""
+    cache = target_cache(model)
+    logits = cache.forward(input_ids, 1)  # [1, V]
     generated: list[int] = []
     while True:
-        token = int(out.logits[0, -1].argmax())
+        token = int(logits[0].argmax())
         generated.append(token)
         if token == eos_id or len(generated) == max_new_tokens:
             return generated
-        out = model(
-            torch.tensor([[token]], device=model.device), past_key_values=out.past_key_values, use_cache=True
-        )
+        logits = cache.forward(torch.tensor([[token]]), 1)
 
 
 def measure_acceptance(

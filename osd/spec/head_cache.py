@@ -22,7 +22,7 @@ from torch import nn
 
 from osd.spec.batched import RowCache
 from osd.spec.eagle3 import Eagle3Head
-from osd.spec.llama_draft import KVStore
+from osd.spec.lean_llama import KVStore
 
 
 class HeadStep:

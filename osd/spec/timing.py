@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 from osd.spec.batched import RowCache
 from osd.spec.eagle3 import Eagle3Head
 from osd.spec.head_cache import HeadSequence
-from osd.spec.llama_draft import LlamaDraftCache, draft_cache, supports_lean_step
+from osd.spec.lean_llama import LeanLlamaCache, draft_cache, supports_lean_step, target_cache
 
 
 def synchronize(device: torch.device) -> None:
@@ -65,34 +65,66 @@ def step_time(
 
 
 @torch.inference_mode()
-def prefill_time(model: PreTrainedModel, tokens: int, reps: int = 3) -> float:
-    """Seconds of a forward over a prompt of `tokens` tokens into an empty cache, the best of `reps` after
-    one untimed call."""
-    ids = torch.randint(4, model.config.vocab_size, (1, tokens), device=model.device)
-    return _best_median(lambda: model(ids, use_cache=True), lambda: None, model.device, 1, reps)
+def target_pass_time(
+    target: PreTrainedModel,
+    context: int = 64,
+    length: int = 1,
+    reps: int = 30,
+    rounds: int = 5,
+    lean: bool = True,
+) -> float:
+    """Seconds for a target pass over `length` new tokens after `context` tokens (length 1: a decode step; gamma +
+    1: a verification) as `generate` and the target-alone baseline take it: through `target_cache` (the lean step
+    where it applies; `lean=False`: HF's forward)."""
+    ids = _decoder_ids(target, context + length)  # [1, T + L]
+    cache = target_cache(target, lean=lean)
+    cache.forward(ids[:, :context], 1)
+    return _best_median(
+        lambda: cache.forward(ids[:, context:], length),
+        lambda: cache.crop(context),
+        target.device,
+        reps,
+        rounds,
+    )
 
 
 @torch.inference_mode()
-def pass_times(model: PreTrainedModel, context: int, max_length: int, reps: int = 3) -> list[float]:
-    """Seconds of a prefill of `context` tokens, then `step_time` for lengths 1..max_length (a decode step,
-    then passes over 2..max_length tokens) after it, one round each (for timings taken in turns by the
-    caller, who keeps the best: the prefill is timed once, the first call of a model paying its set-up)."""
-    ids = torch.randint(4, model.config.vocab_size, (1, context + max_length), device=model.device)
-    synchronize(model.device)
+def prefill_time(target: PreTrainedModel, tokens: int, reps: int = 3) -> float:
+    """Seconds of a target's forward over a prompt of `tokens` tokens into an empty cache (`target_cache`'s), the
+    best of `reps` after one untimed call."""
+    ids = _decoder_ids(target, tokens)  # [1, T]
+    return _best_median(lambda: target_cache(target).forward(ids, 1), lambda: None, target.device, 1, reps)
+
+
+@torch.inference_mode()
+def pass_times(target: PreTrainedModel, context: int, max_length: int, reps: int = 3) -> list[float]:
+    """Seconds of a target's prefill of `context` tokens, then `target_pass_time` for lengths 1..max_length (a
+    decode step, then passes over 2..max_length tokens) after it, one round each (for timings taken in turns by
+    the caller, who keeps the best: the prefill is timed once, the first call of a model paying its set-up)."""
+    ids = _decoder_ids(target, context + max_length)  # [1, T + max_length]
+    cache = target_cache(target)
+    synchronize(target.device)
     start = time.perf_counter()
-    cache = model(ids[:, :context], use_cache=True).past_key_values
-    synchronize(model.device)
+    cache.forward(ids[:, :context], 1)
+    synchronize(target.device)
     prefill = time.perf_counter() - start
     return [prefill] + [
         _best_median(
-            lambda n=n: model(ids[:, context : context + n], past_key_values=cache, use_cache=True),
-            lambda n=n: cache.crop(-n),
-            model.device,
+            lambda n=n: cache.forward(ids[:, context : context + n], n),
+            lambda: cache.crop(context),
+            target.device,
             reps,
             1,
         )
         for n in range(1, max_length + 1)
     ]
+
+
+def _decoder_ids(model: PreTrainedModel, length: int) -> torch.Tensor:
+    """Random token ids [1, length] for a decoder-only model's timed forwards."""
+    if model.config.is_encoder_decoder:
+        raise ValueError("the target's timings measure decoder-only models")
+    return torch.randint(4, model.config.vocab_size, (1, length), device=model.device)
 
 
 def _best_median(
@@ -130,7 +162,7 @@ def draft_step_time(
     batch: int = 1,
     padded: bool = False,
 ) -> float:
-    """Seconds for one draft step as the engine takes it: the lean step of `osd.spec.llama_draft` where it
+    """Seconds for one draft step as the engine takes it: the lean step of `osd.spec.lean_llama` where it
     applies (B = 1 unpadded: `generate`'s cache; else the batched engine's, with `step_time`'s padding mask),
     an EAGLE-3 head's chain step (`head_step_time`), otherwise HF's forward (`step_time`). The model is timed as
     it is: install a saved sub-vocabulary head first (`apply_draft_vocab`), as the engine does."""
@@ -140,7 +172,7 @@ def draft_step_time(
         return step_time(model, context, reps=reps, rounds=rounds, batch=batch, padded=padded)
     ids = torch.randint(4, model.config.vocab_size, (batch, context + 1), device=model.device)  # [B, T + 1]
     if batch == 1 and not padded:
-        cache = LlamaDraftCache(model)
+        cache = LeanLlamaCache(model)
         cache.forward(ids[:, :context], 1)
         return _best_median(
             lambda: cache.forward(ids[:, context:], 1),
@@ -179,10 +211,10 @@ def chain_step_time(
     (install a saved sub-vocabulary head first); an EAGLE-3 head is timed by `head_step_time`."""
     if isinstance(draft, Eagle3Head):
         return head_step_time(draft, context, reps * gamma, rounds)
-    ids = torch.randint(
-        4, draft.config.vocab_size, (1, context + gamma + 1), device=target.device
-    )  # [1, T + g + 1]
-    target_cache = target(ids[:, :context], use_cache=True).past_key_values
+    vocab = min(draft.config.vocab_size, target.config.vocab_size)
+    ids = torch.randint(4, vocab, (1, context + gamma + 1), device=target.device)  # [1, T + g + 1]
+    verifier = target_cache(target)
+    verifier.forward(ids[:, :context], 1)
     cache = draft_cache(draft, None)
     cache.forward(ids[:, :context].to(cache.device), 1)
 
@@ -192,8 +224,8 @@ def chain_step_time(
 
     def verify() -> None:  # untimed: the draft's chain is cropped, the target's pass evicts its weights
         cache.crop(context)
-        target(ids[:, context:], past_key_values=target_cache, use_cache=True)
-        target_cache.crop(-(gamma + 1))
+        verifier.forward(ids[:, context:], gamma + 1)
+        verifier.crop(context)
 
     verify()
     return _best_median(chain, verify, target.device, reps, rounds) / gamma
@@ -208,13 +240,13 @@ def pair_costs(
     reps: int = 30,
     rounds: int = 5,
 ) -> dict[str, object]:
-    """A pair's costs after `context` tokens: the target's and the draft's step (ms, the draft as the engine
-    steps it), c = draft step / target step, and `verify_cost[k]`, a target pass over k + 1 tokens in target
+    """A pair's costs after `context` tokens: the target's and the draft's step (ms, each as the engine steps
+    it), c = draft step / target step, and `verify_cost[k]`, a target pass over k + 1 tokens in target
     steps, for k = 1..max_gamma (Eq. 2 charged with it: `osd.cost_model.speedup_measured_verify`)."""
-    target_s = step_time(target, context, reps=reps, rounds=rounds)
+    target_s = target_pass_time(target, context, reps=reps, rounds=rounds)
     draft_s = draft_step_time(draft, context, reps=reps, rounds=rounds)
     verify = {
-        k: step_time(target, context, length=k + 1, reps=reps, rounds=rounds) / target_s
+        k: target_pass_time(target, context, length=k + 1, reps=reps, rounds=rounds) / target_s
         for k in range(1, max_gamma + 1)
     }
     return {

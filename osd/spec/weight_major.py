@@ -21,6 +21,7 @@ than in training).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 MAX_ROWS = 8  # rows (batch x tokens) up to which a pass takes the weight-major product
@@ -30,15 +31,21 @@ class WeightMajorLinear(nn.Linear):
     """`nn.Linear` whose float32 CPU forward over at most MAX_ROWS rows is (W @ x^T)^T."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
-        rows = x.numel() // self.in_features
-        if rows > MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu":
+        if x.dtype != torch.float32 or x.device.type != "cpu":
             return super().forward(x)
-        # [N, in], contiguous: MKL's fast path needs x^T as a transposed view of a contiguous x
-        flat = x.reshape(rows, self.in_features).contiguous()
-        y = torch.mm(self.weight, flat.t()).t().contiguous()  # [N, out]
+        y = weight_major_product(x.reshape(-1, self.in_features), self.weight)  # [N, out]
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def weight_major_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [N, in] @ weight.T ([out, in]) -> [N, out]: as (W @ x^T)^T for at most MAX_ROWS rows, else
+    `F.linear`'s GEMM."""
+    if x.shape[0] > MAX_ROWS:
+        return F.linear(x, weight)
+    # x contiguous: MKL's fast path needs x^T as a transposed view of a contiguous x
+    return torch.mm(weight, x.contiguous().t()).t().contiguous()
 
 
 def use_weight_major_linears(model: nn.Module) -> int:

@@ -17,7 +17,7 @@ def test_cost_ratio_times_a_saved_sub_vocabulary_draft_with_its_head(monkeypatch
         return float(len(timed))
 
     monkeypatch.setattr(step_cost, "draft_step_time", record)  # the draft as the engine steps it
-    monkeypatch.setattr(step_cost, "step_time", record)
+    monkeypatch.setattr(step_cost, "target_pass_time", record)
     c, t_draft, t_target = step_cost.cost_ratio(draft, target, context=4)
     assert isinstance(timed[0].get_output_embeddings(), SubVocabHead) and timed[1] is target
     assert (c, t_draft, t_target) == (0.5, 1.0, 2.0)
@@ -33,7 +33,7 @@ def test_with_gamma_the_draft_is_timed_in_chains_between_target_passes(monkeypat
         return 1.0
 
     monkeypatch.setattr(step_cost, "chain_step_time", chain)
-    monkeypatch.setattr(step_cost, "step_time", lambda model, context, **timing: 4.0)
+    monkeypatch.setattr(step_cost, "target_pass_time", lambda model, context, **timing: 4.0)
     assert step_cost.cost_ratio(draft, target, context=4, gamma=3) == (0.25, 1.0, 4.0)
     assert calls[0][1] is target and calls[0][2] == 3
     assert isinstance(calls[0][0].get_output_embeddings(), SubVocabHead)

@@ -192,7 +192,7 @@ def test_a_batch_turn_serves_each_route_with_its_own_draft(pair):
 def test_a_background_update_reloads_a_spare_copy_in_the_worker_and_swaps_it_in(pair):
     """The served copy after an update is the worker's reloaded spare: the draft's weights cast to the serving
     dtype, its lean-step weights already derived, and nothing reloaded on the serving path."""
-    from osd.spec import llama_draft
+    from osd.spec import lean_llama
 
     target, draft, _ = pair
     draft = copy.deepcopy(draft).float()
@@ -210,5 +210,5 @@ def test_a_background_update_reloads_a_spare_copy_in_the_worker_and_swaps_it_in(
     assert updater.state.updates >= 2 and len({id(m) for m in served}) == 2  # two copies take turns
     for name, p in now.state_dict().items():
         assert p.dtype == torch.bfloat16 and torch.equal(p, draft.state_dict()[name].to(torch.bfloat16)), name
-    derived = llama_draft._derived.get(now)
-    assert derived is not None and derived.key == llama_draft._parameter_key(now)
+    derived = lean_llama._derived.get(now)
+    assert derived is not None and derived.key == lean_llama._parameter_key(now)

@@ -1,24 +1,25 @@
-"""A lean KV-cached decode step for small Llama drafts: the engine's draft path on them (`draft_cache`).
+"""A lean KV-cached forward for Llama models: the B = 1 engine's path for the draft (`draft_cache`) and the
+target (`target_cache`), and so for the target-alone baseline (`osd.spec.evaluate.target_only_greedy`).
 
-Why. A small draft's products are a fraction of its step under HF's forward: the demo draft (2 layers x 256,
-an 8192-row head, bf16, one thread) spends about 0.3 ms of its 1.0 ms step in them, the rest in HF's per-call
-machinery (mask and position set-up, the dynamic cache's concatenations, the attention dispatch). Inside the
-engine, where each verification has evicted the draft's weights, its three steps took 4.2 ms against a
-30-35 ms verification (benchmarks/results/general_draft/LOG.md, section 41).
+Why. HF's forward spends much of a small model's step in per-call machinery (mask and position set-up, the
+dynamic cache's concatenations, the attention dispatch, a module call per product) rather than in its
+products: most of a small draft's step, and a sixth to a fifth of the demo target's on a CPU.
 
-What. `LlamaDraftCache` computes what `LlamaForCausalLM.forward` computes, with
+What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
 - one KV cache per layer preallocated ([kv heads, capacity, head dim], grown by doubling; a crop only moves
   the length);
 - the q/k/v products fused into one, and the gate/up products into one (concatenated weights);
 - the RoPE frequencies of the model's own rotary embedding;
-- on a CPU with oneDNN's bf16 kernels, bf16 weights packed once (as `osd.spec.packed_linear`: the same
-  products, without the per-call reorder);
+- each product in the layout of the model's own linear layers (`product_kind`: oneDNN-packed, the bf16 rows
+  kernel, weight-major or plain), so that a target served in a layout keeps it; a draft's plain bf16 layers
+  are packed where oneDNN has bf16 kernels (`osd.spec.packed_linear`: the same products, without the per-call
+  reorder);
 - the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere.
-`LeanLlama` is that forward over B rows with position ids and a slot mask; `LlamaDraftCache` runs it for one
+`LeanLlama` is that forward over B rows with position ids and a slot mask; `LeanLlamaCache` runs it for one
 sequence (`generate`), and the batched engine's `osd.spec.batched.RowCache` for its rows, over HF's dynamic cache
-and its own padding and rejection masks. Its logits equal HF's (tests compare them, and the engine's tokens, on
-random Llama drafts); only the draft's step changes: the target's products, and so every target-only baseline,
-are HF's own.
+and its own padding and rejection masks (the batched engine's target keeps HF's forward). Its logits equal
+HF's (tests compare them, and the engine's tokens, on random Llama models) up to the rounding of a product
+over concatenated weights.
 
 The weights are derived from the model's parameters once per model (`_derived_weights`, cached while no
 parameter has changed: an online trainer's refresh of its serving copy, in place, is seen by the version
@@ -34,11 +35,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import LlamaForCausalLM, PreTrainedModel
 
+from osd.spec.bf16_rows import BF16RowsLinear, bf16_rows_product, kernel_available
 from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import SubVocabHead, full_vocab_logits
-from osd.spec.packed_linear import pack_weight, packed_product, packing_available
+from osd.spec.packed_linear import PackedLinear, pack_weight, packed_product, packing_available
+from osd.spec.weight_major import WeightMajorLinear, weight_major_product
 
 INITIAL_CAPACITY = 256  # cached positions allocated at first; doubled when a sequence outgrows them
 
@@ -62,12 +66,50 @@ def supports_lean_step(model: PreTrainedModel) -> bool:
 
 def draft_cache(
     model: PreTrainedModel, encoder_input_ids: torch.Tensor | None, lean: bool = True
-) -> CachedModel | LlamaDraftCache:
-    """The draft's cache for one sequence: the lean step where `lean` and `supports_lean_step`, else HF's
-    forward."""
+) -> CachedModel | LeanLlamaCache:
+    """The draft's cache for one sequence: the lean step where `lean` and `supports_lean_step` (plain bf16
+    layers packed where oneDNN has bf16 kernels), else HF's forward."""
     if lean and encoder_input_ids is None and supports_lean_step(model):
-        return LlamaDraftCache(model)
+        return LeanLlamaCache(model, pack_plain=True)
     return CachedModel(model, encoder_input_ids)
+
+
+def target_cache(
+    model: PreTrainedModel,
+    encoder_input_ids: torch.Tensor | None = None,
+    hidden_layers: tuple[int, ...] = (),
+    lean: bool = True,
+) -> CachedModel | LeanLlamaCache:
+    """The target's cache for one sequence: the lean step, in the layout of the target's own layers, where
+    `lean` and `supports_lean_step` and no head reads its states (`hidden_layers`), else HF's forward."""
+    if lean and encoder_input_ids is None and not hidden_layers and supports_lean_step(model):
+        return LeanLlamaCache(model, pack_plain=False)
+    return CachedModel(model, encoder_input_ids, hidden_layers)
+
+
+PRODUCTS = {"packed": packed_product, "bf16_rows": bf16_rows_product, "weight_major": weight_major_product}
+"""The lean step's products other than `F.linear` ("plain"): x [N, in], a prepared weight -> [N, out]."""
+
+
+def product_kind(model: LlamaForCausalLM, pack_plain: bool) -> str:
+    """How the lean step multiplies by `model`'s weights: as its linear layers would at inference (their
+    layout's product where it applies to the weights' dtype and device), or "packed" for plain bf16 CPU layers
+    where `pack_plain` and oneDNN has bf16 kernels; otherwise "plain"."""
+    weight = model.get_input_embeddings().weight
+    layer = type(model.model.layers[0].self_attn.q_proj)
+    cpu, bf16 = weight.device.type == "cpu", weight.dtype == torch.bfloat16
+    if (
+        cpu
+        and bf16
+        and (layer is PackedLinear or (layer is nn.Linear and pack_plain))
+        and packing_available()
+    ):
+        return "packed"
+    if cpu and bf16 and layer is BF16RowsLinear and kernel_available():
+        return "bf16_rows"
+    if cpu and weight.dtype == torch.float32 and layer is WeightMajorLinear:
+        return "weight_major"
+    return "plain"
 
 
 @dataclass
@@ -83,7 +125,7 @@ class _Layer:
 @dataclass
 class _Weights:
     key: tuple[tuple[int, int], ...] | None  # `_parameter_key` of the parameters they were derived from
-    packed: bool  # products through oneDNN's packed weights
+    product: str  # `product_kind`: "plain" (F.linear) or a key of PRODUCTS
     embed: torch.Tensor  # [V, H]
     layers: list[_Layer]
     norm: torch.Tensor  # [H]
@@ -98,10 +140,10 @@ _derived: weakref.WeakKeyDictionary[PreTrainedModel, _Weights] = weakref.WeakKey
 
 
 def prepare_lean_step(model: PreTrainedModel) -> None:
-    """Derive the lean step's weights of `model` now (e.g. in a background thread after a refresh), not at the
-    next sequence's first step; nothing for a model the lean step does not support."""
+    """Derive the lean step's weights of draft `model` now (e.g. in a background thread after a refresh), not at
+    the next sequence's first step; nothing for a model the lean step does not support."""
     if supports_lean_step(model):
-        _derived_weights(model)
+        _derived_weights(model, pack_plain=True)
 
 
 def _parameter_key(model: PreTrainedModel) -> tuple[tuple[int, int], ...] | None:
@@ -113,18 +155,18 @@ def _parameter_key(model: PreTrainedModel) -> tuple[tuple[int, int], ...] | None
     return tuple((p.data_ptr(), p._version) for p in params)
 
 
-def _derived_weights(model: LlamaForCausalLM) -> _Weights:
-    """The lean step's weights of `model`: reused while its parameters are unchanged, else derived again."""
-    key = _parameter_key(model)
+def _derived_weights(model: LlamaForCausalLM, pack_plain: bool) -> _Weights:
+    """The lean step's weights of `model`: reused while its parameters and product kind are unchanged, else
+    derived again."""
+    key, kind = _parameter_key(model), product_kind(model, pack_plain)
     cached = _derived.get(model)
-    if cached is not None and key is not None and cached.key == key:
+    if cached is not None and key is not None and cached.key == key and cached.product == kind:
         return cached
     head = model.get_output_embeddings()
     embed = model.get_input_embeddings().weight
-    packed = embed.device.type == "cpu" and embed.dtype == torch.bfloat16 and packing_available()
 
     def product(weight: torch.Tensor) -> torch.Tensor:
-        return pack_weight(weight) if packed else weight.contiguous()
+        return pack_weight(weight) if kind == "packed" else weight.contiguous()
 
     with torch.no_grad():
         layers = [
@@ -150,7 +192,7 @@ def _derived_weights(model: LlamaForCausalLM) -> _Weights:
         rows = head.weight if head_ids is None else head.weight.index_select(0, head_ids)
         weights = _Weights(
             key=key,
-            packed=packed,
+            product=kind,
             embed=embed,
             layers=layers,
             norm=model.model.norm.weight,
@@ -170,11 +212,12 @@ KVStore = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.
 
 
 class LeanLlama:
-    """The lean step's forward over B rows of a Llama draft (module docstring); the caller keeps the KV cache."""
+    """The lean step's forward over B rows of a Llama model (module docstring); the caller keeps the KV cache.
+    pack_plain: as `product_kind`'s (True for a draft)."""
 
-    def __init__(self, model: LlamaForCausalLM) -> None:
+    def __init__(self, model: LlamaForCausalLM, pack_plain: bool) -> None:
         config = model.config
-        self.w = _derived_weights(model)
+        self.w = _derived_weights(model, pack_plain)
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
         self.scale = model.model.layers[0].self_attn.scaling
@@ -221,9 +264,9 @@ class LeanLlama:
 
     def _linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [..., in] @ weight.T -> [..., out]."""
-        if not self.w.packed:
+        if self.w.product == "plain":
             return F.linear(x, weight)
-        return packed_product(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], -1)
+        return PRODUCTS[self.w.product](x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], -1)
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """LlamaRMSNorm: normalised in float32, scaled in the input's dtype."""
@@ -240,12 +283,12 @@ class LeanLlama:
         return (angles.cos() * self.w.rope_scaling).to(dtype), (angles.sin() * self.w.rope_scaling).to(dtype)
 
 
-class LlamaDraftCache:
-    """A Llama draft with its KV cache over the committed sequence; `CachedModel`'s interface (forward, crop,
-    len), computed by the lean step (module docstring)."""
+class LeanLlamaCache:
+    """A Llama model with its KV cache over the committed sequence; `CachedModel`'s interface (forward, crop,
+    len), computed by the lean step (module docstring). pack_plain: as `product_kind`'s."""
 
-    def __init__(self, model: LlamaForCausalLM) -> None:
-        self.lean = LeanLlama(model)
+    def __init__(self, model: LlamaForCausalLM, pack_plain: bool = True) -> None:
+        self.lean = LeanLlama(model, pack_plain)
         self.length = 0
         # [layers, kv heads, capacity, D], allocated at the first forward
         self.keys = self.values = torch.empty(0)

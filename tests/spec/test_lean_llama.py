@@ -1,16 +1,20 @@
-"""The lean Llama draft step: HF's logits, its cache kept through crops and growth, its weights following
-in-place updates, and the engine's output unchanged."""
+"""The lean Llama step, the engine's path for drafts and targets: HF's logits, its cache kept through crops and
+growth, its weights following in-place updates, a target's serving layout kept, and the engine's output
+unchanged."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from osd.spec import batched, llama_draft
+from osd.spec import batched, lean_llama
 from osd.spec.cached_model import CachedModel
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.draft_vocab import set_draft_vocab
-from osd.spec.llama_draft import LlamaDraftCache, draft_cache, supports_lean_step
+from osd.spec.evaluate import target_only_greedy
+from osd.spec.lean_llama import LeanLlamaCache, draft_cache, product_kind, supports_lean_step, target_cache
+from osd.spec.packed_linear import packing_available
+from osd.spec.serving_choice import available_layouts, serving_copy
 from osd.spec.timing import draft_step_time
 from tests.devices import DEVICES, on_device
 from tests.spec.references import NOISE, hf_greedy, left_padded, random_prompt, random_prompts
@@ -45,10 +49,10 @@ def feeds(seed: int = 0) -> list[tuple[torch.Tensor, int]]:
 @torch.inference_mode()
 def test_logits_equal_hf_forward_through_crops_and_growth(name, dtype, device, monkeypatch):
     # the 9-token prompt and later steps grow the cache
-    monkeypatch.setattr(llama_draft, "INITIAL_CAPACITY", 8)
+    monkeypatch.setattr(lean_llama, "INITIAL_CAPACITY", 8)
     model = draft_variants()[name].to(device, dtype)
     assert supports_lean_step(model)
-    hf, lean = CachedModel(model, None), LlamaDraftCache(model)
+    hf, lean = CachedModel(model, None), LeanLlamaCache(model)
     assert lean.device.type == device
     for tokens, drop in feeds():
         if drop:
@@ -66,7 +70,7 @@ def test_logits_equal_hf_forward_through_crops_and_growth(name, dtype, device, m
 @torch.inference_mode()
 def test_a_sub_vocabulary_head_gives_minus_infinity_outside_its_tokens():
     model = set_draft_vocab(tiny_llama(seed=4), [3, 5, 7, EOS_ID := 2])
-    logits = LlamaDraftCache(model).forward(random_prompt(), 1)  # [1, V]
+    logits = LeanLlamaCache(model).forward(random_prompt(), 1)  # [1, V]
     inside = torch.tensor([2, 3, 5, 7])
     assert torch.isfinite(logits[0, inside]).all()
     outside = torch.ones(VOCAB, dtype=torch.bool)
@@ -79,15 +83,15 @@ def test_weights_follow_an_in_place_update_and_are_shared_while_unchanged():
     model = tiny_llama(seed=1)  # made outside inference mode, as loaded models are
     prompt = random_prompt()
     with torch.inference_mode():
-        first = LlamaDraftCache(model)
-        assert LlamaDraftCache(model).lean.w is first.lean.w  # derived once, shared by every sequence
+        first = LeanLlamaCache(model)
+        assert LeanLlamaCache(model).lean.w is first.lean.w  # derived once, shared by every sequence
         before = first.forward(prompt, 1)
     with torch.no_grad():
         model.model.layers[1].mlp.down_proj.weight.mul_(
             -1.5
         )  # as an optimizer step or a serving-copy refresh
     with torch.inference_mode():
-        cache = LlamaDraftCache(model)
+        cache = LeanLlamaCache(model)
         assert cache.lean.w is not first.lean.w
         after = cache.forward(prompt, 1)
         expected = CachedModel(model, None).forward(prompt, 1)
@@ -98,12 +102,12 @@ def test_weights_follow_an_in_place_update_and_are_shared_while_unchanged():
 @torch.inference_mode()
 def test_a_model_made_under_inference_mode_is_derived_again_for_each_sequence():
     model = tiny_llama(seed=1)  # inference tensors: no version counters to tell an update by
-    first = LlamaDraftCache(model)
-    assert first.lean.w.key is None and LlamaDraftCache(model).lean.w is not first.lean.w
+    first = LeanLlamaCache(model)
+    assert first.lean.w.key is None and LeanLlamaCache(model).lean.w is not first.lean.w
     prompt = random_prompt()
     model.model.layers[0].self_attn.v_proj.weight.mul_(2.0)
     torch.testing.assert_close(
-        LlamaDraftCache(model).forward(prompt, 1),
+        LeanLlamaCache(model).forward(prompt, 1),
         CachedModel(model, None).forward(prompt, 1),
         atol=1e-5,
         rtol=1e-5,
@@ -111,7 +115,7 @@ def test_a_model_made_under_inference_mode_is_derived_again_for_each_sequence():
 
 
 def test_other_models_keep_hf_forward():
-    assert isinstance(draft_cache(tiny_llama(), None), LlamaDraftCache)
+    assert isinstance(draft_cache(tiny_llama(), None), LeanLlamaCache)
     assert (
         type(draft_cache(tiny_llama(), None, lean=False)) is CachedModel
     )  # SpeculativeDecoder(lean_draft=False)
@@ -132,6 +136,46 @@ def test_other_models_keep_hf_forward():
     assert type(draft_cache(t5, torch.tensor([[3, 4, 2]]))) is CachedModel
 
 
+def test_a_target_takes_the_lean_step_unless_a_head_reads_its_states():
+    target = tiny_llama(seed=1)
+    assert isinstance(target_cache(target), LeanLlamaCache)
+    assert type(target_cache(target, lean=False)) is CachedModel  # SpeculativeDecoder(lean_target=False)
+    heads = target_cache(target, hidden_layers=(0, 1))  # an EAGLE-3 head reads the verification's states
+    assert type(heads) is CachedModel and heads.hidden_layers == (0, 1)
+    assert type(target_cache(tiny_model("mistral", layers=2))) is CachedModel
+
+
+@pytest.mark.parametrize("layout", available_layouts())
+@torch.inference_mode()
+def test_a_target_served_in_a_layout_keeps_its_products_and_hf_logits(layout):
+    """Each layout on offer here (`osd.spec.serving_choice`) multiplies in the lean step as the target's own
+    layers do; its logits are HF's forward's over the same served copy, through crops."""
+    target = serving_copy(tiny_llama(seed=6, initializer_range=0.3), layout)
+    assert product_kind(target, pack_plain=False) == layout  # the layouts' names are their products'
+    hf, lean = CachedModel(target, None), target_cache(target)
+    assert lean.lean.w.product == layout
+    tolerance = TOLERANCE[target.dtype]
+    for tokens, drop in feeds(seed=2):
+        if drop:
+            hf.crop(len(hf) - drop)
+            lean.crop(len(lean) - drop)
+        n = tokens.shape[1]
+        torch.testing.assert_close(lean.forward(tokens, n), hf.forward(tokens, n), **tolerance)
+
+
+def test_a_drafts_plain_bf16_layers_are_packed_where_onednn_has_bf16_kernels():
+    draft = tiny_llama(seed=1).to(torch.bfloat16)
+    assert product_kind(draft, pack_plain=True) == ("packed" if packing_available() else "plain")
+    assert product_kind(draft, pack_plain=False) == "plain"  # a target keeps its layout
+    assert product_kind(tiny_llama(seed=1), pack_plain=True) == "plain"  # float32
+
+
+def test_the_target_alone_decodes_hf_generates_tokens():
+    target = tiny_model("llama", layers=3)
+    prompt = random_prompt(7)
+    assert target_only_greedy(target, prompt, 25, eos_id=-1) == hf_greedy(target, prompt, 25)[0].tolist()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gamma", [1, 3, 5])
 def test_engine_tokens_equal_hf_generate_and_the_hf_draft_path(gamma, device):
@@ -139,7 +183,9 @@ def test_engine_tokens_equal_hf_generate_and_the_hf_draft_path(gamma, device):
     draft, target = on_device(device, draft_from_target(target, NOISE["llama"]), target)
     prompt = random_prompt(7).to(device)
     lean = SpeculativeDecoder(draft, target, gamma=gamma).generate(prompt, max_new_tokens=40)
-    hf = SpeculativeDecoder(draft, target, gamma=gamma, lean_draft=False).generate(prompt, max_new_tokens=40)
+    hf = SpeculativeDecoder(draft, target, gamma=gamma, lean_draft=False, lean_target=False).generate(
+        prompt, max_new_tokens=40
+    )
     assert lean.generated_ids.tolist() == hf.generated_ids.tolist() == hf_greedy(target, prompt, 40).tolist()
     assert lean.accepted_lengths == hf.accepted_lengths  # the draft proposed the same tokens
     assert 0 < sum(lean.accepted_lengths) < len(lean.accepted_lengths) * gamma  # some accepted, some not
@@ -162,9 +208,9 @@ def test_sampled_output_equals_the_hf_draft_path_with_the_same_generator():
 @pytest.mark.parametrize("batch, padded", [(1, False), (4, True)])
 def test_draft_step_time_times_the_lean_step(batch, padded, monkeypatch):
     fed = []
-    forward = llama_draft.LeanLlama.forward
+    forward = lean_llama.LeanLlama.forward
     monkeypatch.setattr(
-        llama_draft.LeanLlama,
+        lean_llama.LeanLlama,
         "forward",
         lambda self, tokens, *a: (fed.append(tokens.shape), forward(self, tokens, *a))[1],
     )
