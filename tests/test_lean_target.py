@@ -20,4 +20,6 @@ def test_every_layout_on_offer_is_timed_through_both_paths(tmp_path):
         for path in ("hf", "lean"):
             assert len(timed[path]["pass_ms"]) == 3 and min(timed[path]["pass_ms"]) > 0
         assert timed["lean_over_hf_step"] == timed["lean"]["pass_ms"][0] / timed["hf"]["pass_ms"][0]
-    assert result["machine"]["torch_threads"] == 1 and result["command"].startswith("python -m benchmarks.lean_target")
+    assert result["machine"]["torch_threads"] == 1 and result["command"].startswith(
+        "python -m benchmarks.lean_target"
+    )

@@ -109,7 +109,9 @@ def test_engine_greedy_output_is_unchanged(family):
         if family == "llama":
             torch.testing.assert_close(out.generated_ids, hf_greedy(plain.target, prompt, 40), rtol=0, atol=0)
         alphas.append(out.alpha)
-    if family == "llama":  # the engine's lean step multiplies by packed copies of its own, as the layers would
+    if (
+        family == "llama"
+    ):  # the engine's lean step multiplies by packed copies of its own, as the layers would
         assert target_cache(target).lean.w.product == "packed"
     else:
         assert any(m._packed is not None for m in target.modules() if isinstance(m, PackedLinear))
