@@ -1,13 +1,13 @@
 """Ablations on the demo pair (issue 12, item 4): gamma, context length, draft size, draft training.
 
 Every timed run decodes a fixed number of tokens per prompt (--max_new_tokens, EOS ignored, so
-every configuration does the same work), greedy, one torch thread. Target-only decoding is HF
-`generate` (`osd.spec.hf_generate.timed_generate`), speculative decoding is `osd.spec` (its own
-wall clock). The machine may be shared with one other 1-thread job, so the
+every configuration does the same work), greedy, one torch thread. Target-only decoding runs through
+the cache the engine verifies with (`osd.spec.hf_generate.timed_target_alone`), speculative decoding is
+`osd.spec` (its own wall clock). The machine may be shared with one other 1-thread job, so the
 configurations a run compares are interleaved: for each prompt, target-only decoding and every
 speculative configuration run one after the other, in an order rotated by one per prompt, so that
 load from other jobs falls on all of them alike. c and the verify cost (target pass over
-gamma + 1 tokens / single-token step) are measured with `osd.spec.timing.step_time` (median of
+gamma + 1 tokens / single-token step) are measured with `osd.spec.timing.target_pass_time` (median of
 repetitions, best of rounds) at the run's mean decoding context; Eq. 2 and Eq. 2 with the measured
 verify cost are `osd.cost_model`'s, at the live run's alpha. The costs are medians over rounds of
 per-round ratios (`costs`).
@@ -50,8 +50,8 @@ from osd.results import write_part
 from osd.spec import SpeculativeDecoder
 from osd.spec.evaluate import AcceptanceStats
 from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, STANDARD_TIMING, add_gamma_flag, gamma_arg
-from osd.spec.hf_generate import timed_generate
-from osd.spec.timing import draft_step_time, mid_answer_context, step_time
+from osd.spec.hf_generate import timed_target_alone
+from osd.spec.timing import draft_step_time, mid_answer_context, target_pass_time
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
@@ -108,9 +108,8 @@ def interleaved(
     configs: dict,
     prompts: Sequence[Prompt],
     max_new_tokens: int,
-    pad: int,
 ) -> tuple[dict, dict[object, AcceptanceStats]]:
-    """Target-only HF greedy `generate` and `osd.spec` with each (draft, gamma) of `configs` (by name),
+    """Target-only greedy decoding (through the engine's cache) and `osd.spec` with each (draft, gamma) of `configs` (by name),
     every one to exactly max_new_tokens per prompt, interleaved per prompt in an order rotated by one
     each prompt. Returns (target-only tokens, seconds, tokens/s; AcceptanceStats by name)."""
     decoders = {
@@ -121,7 +120,7 @@ def interleaved(
     for i, ids in enumerate(as_tensors(prompts)):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             if name == TARGET_ONLY:
-                t, s = timed_generate(target, [ids], max_new_tokens, None, pad)
+                t, s = timed_target_alone(target, [ids], max_new_tokens, None)
                 tokens, seconds = tokens + t, seconds + s
             else:
                 out = decoders[name].generate(ids, max_new_tokens=max_new_tokens, eos_token_id=None)
@@ -132,11 +131,11 @@ def interleaved(
 
 def costs(draft, target, context: int, gammas: Sequence[int], rounds: int, reps: int) -> dict:
     """Target and draft step (ms), c, and the verify cost of gamma + 1 tokens for each gamma: each round
-    times every forward once (`step_time`, median of `reps`), and every ratio is the median over
+    times every forward once (`target_pass_time`, median of `reps`), and every ratio is the median over
     rounds of that round's ratio, so that load changing between rounds cancels in the ratios."""
     lengths = [1, *(g + 1 for g in gammas)]
     per_round = [
-        ([step_time(target, context, n, reps=reps, rounds=1) for n in lengths], draft_step_time(draft, context, reps=reps, rounds=1))
+        ([target_pass_time(target, context, n, reps=reps, rounds=1) for n in lengths], draft_step_time(draft, context, reps=reps, rounds=1))
         for _ in range(rounds)
     ]  # fmt: skip
     target_steps = [t[0] for t, _ in per_round]
@@ -178,9 +177,8 @@ class Session:
 
     def run(self, configs: dict, prompts: Sequence[Prompt]) -> tuple[float, dict[object, AcceptanceStats]]:
         """Warm up, then `interleaved`; returns (target-only tokens/s, AcceptanceStats by name)."""
-        pad = self.tokenizer.pad_token_id
-        interleaved(self.target, configs, prompts[:1], 8, pad)  # warm-up
-        base, stats = interleaved(self.target, configs, prompts, self.args.max_new_tokens, pad)
+        interleaved(self.target, configs, prompts[:1], 8)  # warm-up
+        base, stats = interleaved(self.target, configs, prompts, self.args.max_new_tokens)
         self.baselines.append(base)
         return base["tokens_per_s"], stats
 

@@ -1,7 +1,7 @@
 """Gamma per domain at batch size 1: fixed gamma 1..8 against gamma auto and HF's own schedule, greedy.
 
 For each domain of the demo workload, the same eval prompts are decoded to EOS (at most
---max_new_tokens) by: the target alone (HF `generate`), `osd.spec` with every fixed gamma, `osd.spec`
+--max_new_tokens) by: the target alone (through the cache `osd.spec` verifies with), `osd.spec` with every fixed gamma, `osd.spec`
 with gamma auto (`osd.spec.adaptive.GammaPolicy`, one policy per domain carried across its prompts,
 its costs measured before the timed runs), and HF assisted generation with its heuristic schedule and
 confidence threshold (its defaults: start at 20 tokens, +2 after a fully accepted block, -1 otherwise,
@@ -30,7 +30,7 @@ from osd.results import markdown_table, save_results
 from osd.spec import SpeculativeDecoder
 from osd.spec.adaptive import GammaPolicy
 from osd.spec.draft_vocab import apply_draft_vocab
-from osd.spec.hf_generate import timed_generate
+from osd.spec.hf_generate import timed_generate, timed_target_alone
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
 
@@ -43,6 +43,16 @@ def spec_method(decoder: SpeculativeDecoder, max_new_tokens: int, eos: int) -> M
         out = decoder.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos)
         return (out.generated_ids.shape[1], out.wall_time_s, out.alpha_sum, out.num_proposed,
                 len(out.accepted_lengths))  # fmt: skip
+
+    return run
+
+
+def target_alone_method(target, max_new_tokens: int, eos: int) -> Method:
+    """The target alone through the cache the engine verifies with: the baseline."""
+
+    def run(ids: torch.Tensor) -> tuple[int, float, float, int, int]:
+        tokens, seconds = timed_target_alone(target, [ids], max_new_tokens, eos)
+        return tokens, seconds, 0.0, 0, 0
 
     return run
 
@@ -114,13 +124,14 @@ def main(argv: list[str] | None = None) -> dict:
     draft.generation_config.num_assistant_tokens_schedule = "heuristic"
     draft.generation_config.assistant_confidence_threshold = 0.4
     timed_generate(target, [torch.tensor([[1, 2, 3]])], 4, eos, pad)  # warm-up
+    timed_target_alone(target, [torch.tensor([[1, 2, 3]])], 4, eos)  # and the lean step's derived weights
     rows = []
     for domain in args.domains:
         records = load_conversations(workload_path(domain, "eval"))[: args.num_prompts]
         prompts = [torch.tensor([encode_prompt(tok, user_query(r))]) for r in records]
         policy = GammaPolicy()
         policy.measure_costs(draft, target)  # before the timed runs
-        methods = {"target only": hf_method(target, n, eos, pad)}
+        methods = {"target only": target_alone_method(target, n, eos)}
         methods |= {
             f"gamma {g}": spec_method(SpeculativeDecoder(draft, target, gamma=g), n, eos) for g in args.gammas
         }

@@ -1,5 +1,6 @@
-"""The baselines a speculative engine is timed against: Hugging Face `generate`, greedy, target-only or
-assisted (HF assisted generation with a draft), timed the way `osd.spec.timing` times forwards."""
+"""The baselines a speculative engine is timed against, timed the way `osd.spec.timing` times forwards: Hugging
+Face `generate`, greedy, target-only or assisted (HF assisted generation with a draft), and the target alone
+through the engine's own cache (`timed_target_alone`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
+from osd.spec.evaluate import target_only_greedy
 from osd.spec.timing import synchronize
 
 
@@ -42,4 +44,19 @@ def timed_generate(
         synchronize(model.device)
         seconds += time.perf_counter() - t
         tokens += out.shape[1] - ids.shape[1]
+    return tokens, seconds
+
+
+def timed_target_alone(
+    model: PreTrainedModel, prompts: Sequence[torch.Tensor], max_new_tokens: int, eos: int | None
+) -> tuple[int, float]:
+    """(generated tokens, seconds) of greedy decoding with the target alone over the prompts (each [1, T]), through
+    the cache the engine verifies with (`osd.spec.evaluate.target_only_greedy`)."""
+    tokens, seconds = 0, 0.0
+    for ids in prompts:
+        synchronize(model.device)
+        t = time.perf_counter()
+        tokens += len(target_only_greedy(model, ids, max_new_tokens, eos))
+        synchronize(model.device)
+        seconds += time.perf_counter() - t
     return tokens, seconds

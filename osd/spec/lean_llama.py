@@ -3,7 +3,7 @@ target (`target_cache`), and so for the target-alone baseline (`osd.spec.evaluat
 
 Why. HF's forward spends much of a small model's step in per-call machinery (mask and position set-up, the
 dynamic cache's concatenations, the attention dispatch, a module call per product) rather than in its
-products: most of a small draft's step, and a sixth to a fifth of the demo target's on a CPU.
+products: most of a small draft's step, and a measurable share of a small target's (`benchmarks.lean_target`).
 
 What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
 - one KV cache per layer preallocated ([kv heads, capacity, head dim], grown by doubling; a crop only moves
