@@ -71,9 +71,9 @@ class SpeculativeDecoder:
         a baseline), or "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
         estimate and measured costs across decoders). lean_draft, lean_target: a Llama draft, and a Llama target
         that no head reads, step through `osd.spec.lean_llama` (the same logits, without HF's per-call
-        machinery) where they can; False: always through HF's forward. The models are used as given, never retyped: a float32 CPU target verifies
-        faster once its owner applies `osd.spec.weight_major.use_weight_major_linears` (to the target-only
-        baseline too)."""
+        machinery) where they can; False: always through HF's forward. The models are used as given, never
+        retyped: a float32 CPU target verifies faster once its owner applies
+        `osd.spec.weight_major.use_weight_major_linears` (to the target-only baseline too)."""
         gamma = parse_gamma(gamma, "gamma")
         if gamma == AUTO:
             policy = policy or GammaPolicy(lean_draft=lean_draft, lean_target=lean_target)
