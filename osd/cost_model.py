@@ -6,6 +6,10 @@ c: cost of one draft step / cost of one target step.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 
 def _check(alpha: float, gamma: int) -> None:
     if not 0.0 <= alpha <= 1.0:
@@ -62,3 +66,27 @@ def alpha_from_tokens_per_step(tokens_per_step: float, gamma: int, tol: float = 
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class PassLine:
+    """Measured target passes over k + 1 tokens, k = 0..K (seconds, or any unit), smoothed so that one slow
+    repetition cannot make k + 1 tokens look cheaper than k: the passes k >= 1 (verifications) by a straight line
+    t0 + slope * k fitted robustly (Theil-Sen: the median slope over all pairs, at least 0); k = 0, a one-token step
+    (other kernels), keeps its own measurement, capped at the line's k = 1."""
+
+    plain: float
+    t0: float
+    slope: float
+
+    @classmethod
+    def fit(cls, passes: Sequence[float]) -> PassLine:
+        points = list(enumerate(passes))[1:]
+        slopes = [(v - u) / (j - i) for i, u in points for j, v in points if j > i]
+        slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
+        t0 = statistics.median(v - slope * k for k, v in points) if points else passes[0]
+        return cls(min(passes[0], t0 + slope), t0, slope)
+
+    def at(self, k: int) -> float:
+        """The smoothed pass over k + 1 tokens."""
+        return self.plain if k == 0 else self.t0 + self.slope * k

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from osd.cost_model import (
+    PassLine,
     alpha_from_tokens_per_step,
     best_gamma,
     expected_tokens_per_step,
@@ -46,3 +47,14 @@ def test_query_time_is_prefill_plus_verifications_and_reduces_to_eq2():
     assert query_time(0.5, 3, 0.1, 1.2, 30, prefill=4.0) == pytest.approx(4.0 + 16 * 1.5)
     alone, speculated = query_time(0.7, 0, 0.0, 1.0, 64), query_time(0.7, 4, 0.05, 1.3, 64)
     assert alone / speculated == pytest.approx(speedup_measured_verify(0.7, 4, 0.05, 1.3))
+
+
+def test_pass_line_keeps_collinear_passes_and_lifts_a_noisy_dip():
+    """Theil-Sen through the passes k >= 1: exact on a straight line; one dip below it is not followed (the
+    median slope and intercept ignore it); the one-token step is kept, capped at the line's k = 1."""
+    line = PassLine.fit([1.0, 1.2, 1.4, 1.6])
+    assert [line.at(k) for k in range(4)] == pytest.approx([1.0, 1.2, 1.4, 1.6])
+    dipped = PassLine.fit([1.0, 1.2, 0.9, 1.6, 1.8])
+    assert dipped.at(2) == pytest.approx(1.4) and dipped.at(4) == pytest.approx(1.8)
+    assert PassLine.fit([2.0, 1.5, 1.7]).at(0) == pytest.approx(1.5)  # a step above the 2-token pass
+    assert PassLine.fit([1.0, 1.3, 1.1]).slope == 0.0  # never a falling line

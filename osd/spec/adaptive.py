@@ -13,10 +13,9 @@ forward over k + 1 tokens, both measured once per batch size on this machine
 (`osd.spec.timing.target_pass_time` at B = 1, `step_time` for a batch; or given with `set_costs`).
 
 Costs are noisy on a shared machine, and a wrong one kept the policy on a losing k. So:
-- the measured t_verify(k), k >= 1, is smoothed by a straight line t0 + d * k fitted robustly
-  (Theil-Sen: median slope over all pairs), so that one slow repetition cannot make k + 1 tokens
-  look cheaper than k; k = 0 (a one-token step, other kernels) keeps its own measurement, capped
-  at the line's k = 1;
+- the measured t_verify(k) is smoothed (`osd.cost_model.PassLine`: a straight line t0 + d * k
+  fitted robustly through k >= 1, so that one slow repetition cannot make k + 1 tokens look cheaper
+  than k; k = 0, a one-token step on other kernels, keeps its own measurement, capped at k = 1's);
 - the engine reports the time of every verification it runs (`observe_verify`); for a k run in the
   last `fresh_steps` verifications, t_verify(k) is a running average of its timings (each moves it
   `timing_weight` of the way, from the estimate it had); any other k (and the draft step) is the
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 
 from transformers import PreTrainedModel
 
-from osd.cost_model import expected_tokens_per_step
+from osd.cost_model import PassLine, expected_tokens_per_step
 from osd.spec.timing import draft_step_time, step_time, target_pass_time
 
 
@@ -56,23 +55,18 @@ class StepCosts:
     observed_s: list[float | None] = field(init=False)  # [max_gamma + 1], running averages
     seen_at: list[int] = field(init=False)  # [max_gamma + 1], verification count when last run
     count: int = field(init=False, default=0)
-    line: tuple[float, float] = field(init=False)  # (t0, d): Theil-Sen line of the measured k >= 1
-    plain_s: float = field(init=False)  # k = 0: the measured one-token step, at most the line's k = 1
+    line: PassLine = field(init=False)  # the measured verify_s, smoothed
     _scale: float = field(init=False, default=1.0)
     _scale_at: int = field(init=False, default=0)  # count at which _scale was computed
 
     def __post_init__(self) -> None:
         # the line runs through verifications (k >= 1) only: a one-token step runs other kernels
         # (on this CPU at B = 16: 39 ms, then 57 ms for 2 tokens and 6-15 ms per token after)
-        points = list(enumerate(self.verify_s))[1:]
-        slopes = [(v - u) / (j - i) for i, u in points for j, v in points if j > i]
-        slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
-        self.line = (statistics.median(v - slope * k for k, v in points), slope)
-        self.plain_s = min(self.verify_s[0], self.line[0] + slope)
+        self.line = PassLine.fit(self.verify_s)
         self.observed_s, self.seen_at = [None] * len(self.verify_s), [0] * len(self.verify_s)
 
     def _fitted(self, k: int) -> float:
-        return self.plain_s if k == 0 else self.line[0] + self.line[1] * k
+        return self.line.at(k)
 
     def _fresh(self, k: int) -> bool:
         return self.observed_s[k] is not None and self.count - self.seen_at[k] < self.fresh_steps
