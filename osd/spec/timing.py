@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 from osd.spec.batched import RowCache
 from osd.spec.eagle3 import Eagle3Head
 from osd.spec.head_cache import HeadSequence
-from osd.spec.lean_llama import LeanLlamaCache, draft_cache, supports_lean_step, target_cache
+from osd.spec.lean_llama import draft_cache, supports_lean_step, target_cache
 
 
 def synchronize(device: torch.device) -> None:
@@ -172,7 +172,7 @@ def draft_step_time(
         return step_time(model, context, reps=reps, rounds=rounds, batch=batch, padded=padded)
     ids = torch.randint(4, model.config.vocab_size, (batch, context + 1), device=model.device)  # [B, T + 1]
     if batch == 1 and not padded:
-        cache = LeanLlamaCache(model)
+        cache = draft_cache(model, None)  # the lean step, as `generate` steps the draft
         cache.forward(ids[:, :context], 1)
         return _best_median(
             lambda: cache.forward(ids[:, context:], 1),
