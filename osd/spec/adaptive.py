@@ -10,7 +10,7 @@ sums decayed by 1 - 1/window per proposal, starting from `alpha` worth `prior_we
 a per-step moving average was too noisy at alpha ~0.2 and gamma 1, where a step is one 0/1
 observation), t_draft the draft's single-token step and t_verify(k) the target's
 forward over k + 1 tokens, both measured once per batch size on this machine
-(`osd.spec.timing.target_pass_time` at B = 1, `step_time` for a batch; or given with `set_costs`).
+(`osd.spec.timing.target_pass_time`, as the engine takes it at each batch size; or given with `set_costs`).
 
 Costs are noisy on a shared machine, and a wrong one kept the policy on a losing k. So:
 - the measured t_verify(k) is smoothed (`osd.cost_model.PassLine`: a straight line t0 + d * k
@@ -107,7 +107,7 @@ class GammaPolicy:
     context: int = 64  # context length at which costs are measured
     timing_weight: float = 0.125  # weight of the newest verification timing in its running average
     lean_draft: bool = True  # the draft's step timed as the engine's lean path (False: HF's forward)
-    lean_target: bool = True  # the target's passes at B = 1 likewise (the batched engine's take HF's forward)
+    lean_target: bool = True  # the target's passes likewise
     costs: dict[int, StepCosts] = field(default_factory=dict)  # by batch size
     _interval: int = field(init=False)  # steps from one probe to the next
     _since_probe: int = field(init=False, default=0)
@@ -147,9 +147,7 @@ class GammaPolicy:
             # a batch of B > 1 prompts is padded to a common length: its attention runs with a mask
             timed = {"context": self.context, "reps": 5, "rounds": 2, "batch": batch, "padded": batch > 1}
             verify = [
-                step_time(target, length=k + 1, **timed)
-                if batch > 1
-                else target_pass_time(target, self.context, k + 1, reps=5, rounds=2, lean=self.lean_target)
+                target_pass_time(target, length=k + 1, lean=self.lean_target, **timed)
                 for k in range(self.max_gamma + 1)
             ]
             # the draft's step as the engine takes it: the lean Llama step where it applies, unless told otherwise

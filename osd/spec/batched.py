@@ -21,9 +21,10 @@ position ids, so masked slots inside a row change nothing but the cost. (A slidi
 counts slots, masked ones included: within SLACK of the window's length a row would see fewer
 tokens than alone, as left padding already does in HF's batched `generate`.)
 
-Draft path. A Llama draft steps through `osd.spec.lean_llama.LeanLlama` (as in `generate`, unless
-`lean_draft=False`): the same logits as HF's forward over the same slots, positions and mask, without HF's
-per-call machinery. A padded fed token also attends to its own slot, so that no attention row is empty.
+Lean path. A Llama draft and a Llama target step through `osd.spec.lean_llama.LeanLlama` (as in `generate`,
+unless `lean_draft=False` / `lean_target=False`; the target in its own layers' layout): the same logits, and the
+same states kept for a head, as HF's forward over the same slots, positions and mask, without HF's per-call
+machinery. A padded fed token also attends to its own slot, so that no attention row is empty.
 
 Step (`SpeculativeDecoder._batch_step`). k = max_i k_i with k_i = min(gamma, remaining_i - 1): every row proposes and verifies k draft
 tokens but counts only its first k_i (and none after a drafted EOS), so its accepted lengths, exact
@@ -72,7 +73,7 @@ class RowCache:
     encoder_mask: torch.Tensor | None  # [B, S]
     valid: torch.Tensor  # [B, W] long, on the model's device: 1 at slots holding a cached token of the row
     lengths: torch.Tensor  # [B] cached tokens per row (valid.sum(1), on the CPU)
-    # a Llama draft's lean step (`osd.spec.lean_llama`) or an EAGLE-3 head's (`osd.spec.head_cache`), not HF's
+    # a Llama model's lean step (`osd.spec.lean_llama`) or an EAGLE-3 head's (`osd.spec.head_cache`), not HF's
     lean: LeanStep | None = None
     # decoder layers whose input states each forward keeps in `features` [B, u, len(hidden_layers) H] (for a head)
     hidden_layers: tuple[int, ...] = ()
@@ -96,14 +97,16 @@ class RowCache:
         mask: torch.Tensor,
         lean: bool = False,
         hidden_layers: tuple[int, ...] = (),
+        pack_plain: bool = True,
     ) -> RowCache:
         """An empty cache for B rows; for seq2seq models the encoder runs here on input_ids [B, S]. `lean`:
-        step the model by `LeanLlama` where `supports_lean_step` (the draft's path, as in `generate`);
+        step the model by `LeanLlama` where `supports_lean_step` (as `generate` steps it), `pack_plain` as
+        `osd.spec.lean_llama.product_kind`'s (True for a draft, False for a target, which keeps its layout);
         hidden_layers: keep those layers' input states at each forward (`features`, the target's for a head)."""
         B, device = input_ids.shape[0], model.device
         empty = (torch.zeros(B, 0, dtype=torch.long, device=device), torch.zeros(B, dtype=torch.long))
         if not model.config.is_encoder_decoder:
-            step = LeanLlama(model, pack_plain=True) if lean and supports_lean_step(model) else None
+            step = LeanLlama(model, pack_plain, hidden_layers) if lean and supports_lean_step(model) else None
             return cls(model, None, None, *empty, step, hidden_layers)
         ids, mask = input_ids.to(device), mask.to(device)
         return cls(model, model.get_encoder()(input_ids=ids, attention_mask=mask), mask, *empty)
@@ -121,6 +124,8 @@ class RowCache:
         if self.lean is not None:
             mask_4d = _slot_mask(attention, tokens.shape[1])
             logits = self.lean.forward(tokens, positions, mask_4d, self._store, num_logits)
+            if self.hidden_layers:
+                self.features = self.lean.features
         else:
             logits = self._hf_forward(tokens, attention, positions, num_logits)
         self.valid, self.lengths = attention, self.lengths + mask.sum(1).cpu()

@@ -69,9 +69,9 @@ class SpeculativeDecoder:
         """draft_model: a draft model, or an EAGLE-3 head (`osd.spec.eagle3`) that reads the target's hidden
         states (`osd.spec.drafter`). gamma: draft tokens per step (0: plain target decoding through this engine,
         a baseline), or "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
-        estimate and measured costs across decoders). lean_draft, lean_target: a Llama draft, and a Llama target
-        that no head reads, step through `osd.spec.lean_llama` (the same logits, without HF's per-call
-        machinery) where they can; False: always through HF's forward. The models are used as given, never
+        estimate and measured costs across decoders). lean_draft, lean_target: a Llama draft and a Llama target step
+        through `osd.spec.lean_llama` (the same logits, without HF's per-call machinery), alone and in batches,
+        where they can; False: always through HF's forward. The models are used as given, never
         retyped: a float32 CPU target verifies faster once its owner applies
         `osd.spec.weight_major.use_weight_major_linears` (to the target-only baseline too)."""
         gamma = parse_gamma(gamma, "gamma")
@@ -186,7 +186,9 @@ class SpeculativeDecoder:
             for i, prefix in enumerate(self._prefixes(prompts))
         ]
         draft = row_cache(self.draft, self.target, input_ids, mask, self.lean_draft)
-        target = RowCache.start(self.target, input_ids, mask, hidden_layers=self.head_layers)
+        target = RowCache.start(
+            self.target, input_ids, mask, self.lean_target, hidden_layers=self.head_layers, pack_plain=False
+        )
         times = StepTimes()
         active = list(range(len(rows)))  # rows still decoding, in cache order
         while active:

@@ -1,5 +1,6 @@
-"""A lean KV-cached forward for Llama models: the B = 1 engine's path for the draft (`draft_cache`) and the
-target (`target_cache`), and so for the target-alone baseline (`osd.spec.evaluate.target_only_greedy`).
+"""A lean KV-cached forward for Llama models: the engine's path for the draft (`draft_cache`) and the target
+(`target_cache`; in batches `osd.spec.batched.RowCache`), and so for the target-alone baseline
+(`osd.spec.evaluate.target_only_greedy`).
 
 Why. HF's forward spends much of a small model's step in per-call machinery (mask and position set-up, the
 dynamic cache's concatenations, the attention dispatch, a module call per product) rather than in its
@@ -14,12 +15,13 @@ What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
   kernel, weight-major or plain), so that a target served in a layout keeps it; a draft's plain bf16 layers
   are packed where oneDNN has bf16 kernels (`osd.spec.packed_linear`: the same products, without the per-call
   reorder);
-- the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere.
+- the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere;
+- the input states of chosen layers kept at each forward where an EAGLE-3 head reads them (`hidden_layers`).
 `LeanLlama` is that forward over B rows with position ids and a slot mask; `LeanLlamaCache` runs it for one
-sequence (`generate`), and the batched engine's `osd.spec.batched.RowCache` for its rows, over HF's dynamic cache
-and its own padding and rejection masks (the batched engine's target keeps HF's forward). Its logits equal
-HF's (tests compare them, and the engine's tokens, on random Llama models) up to the rounding of a product
-over concatenated weights.
+sequence (`generate`), and the batched engine's `osd.spec.batched.RowCache` for its rows (draft and target), over
+HF's dynamic cache and its own padding and rejection masks. Its logits and kept states equal HF's (tests compare
+them, and the engine's tokens, on random Llama models) up to the rounding of a product over concatenated
+weights.
 
 The weights are derived from the model's parameters once per model (`_derived_weights`, cached while no
 parameter has changed: an online trainer's refresh of its serving copy, in place, is seen by the version
@@ -81,9 +83,10 @@ def target_cache(
     lean: bool = True,
 ) -> CachedModel | LeanLlamaCache:
     """The target's cache for one sequence: the lean step, in the layout of the target's own layers, where
-    `lean` and `supports_lean_step` and no head reads its states (`hidden_layers`), else HF's forward."""
-    if lean and encoder_input_ids is None and not hidden_layers and supports_lean_step(model):
-        return LeanLlamaCache(model, pack_plain=False)
+    `lean` and `supports_lean_step`, else HF's forward; either keeps the input states of `hidden_layers` at each
+    forward (`features`, what an EAGLE-3 head reads)."""
+    if lean and encoder_input_ids is None and supports_lean_step(model):
+        return LeanLlamaCache(model, pack_plain=False, hidden_layers=hidden_layers)
     return CachedModel(model, encoder_input_ids, hidden_layers)
 
 
@@ -213,11 +216,16 @@ KVStore = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.
 
 class LeanLlama:
     """The lean step's forward over B rows of a Llama model (module docstring); the caller keeps the KV cache.
-    pack_plain: as `product_kind`'s (True for a draft)."""
+    pack_plain: as `product_kind`'s (True for a draft); hidden_layers: decoder layers whose input states each
+    forward keeps in `features` [B, n, len(hidden_layers) H] (HF's `hidden_states[i]`; for an EAGLE-3 head)."""
 
-    def __init__(self, model: LlamaForCausalLM, pack_plain: bool) -> None:
+    def __init__(
+        self, model: LlamaForCausalLM, pack_plain: bool, hidden_layers: tuple[int, ...] = ()
+    ) -> None:
         config = model.config
         self.w = _derived_weights(model, pack_plain)
+        self.hidden_layers = hidden_layers
+        self.features: torch.Tensor | None = None
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
         self.scale = model.model.layers[0].self_attn.scaling
@@ -241,7 +249,10 @@ class LeanLlama:
         B, n = tokens.shape
         cos, sin = self._rope(positions)  # [B, 1, n, D] each
         h = F.embedding(tokens, self.w.embed)  # [B, n, H]
+        inputs = {}  # the kept layers' input states, [B, n, H] each
         for i, layer in enumerate(self.w.layers):
+            if i in self.hidden_layers:
+                inputs[i] = h
             qkv = self._linear(self._rms_norm(h, layer.input_norm), layer.qkv)  # [B, n, (heads + 2 kv) * D]
             qkv = qkv.view(B, n, -1, self.head_dim).transpose(1, 2)  # [B, heads + 2 kv, n, D]
             q, k, v = qkv.split([self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
@@ -256,6 +267,8 @@ class LeanLlama:
             gate_up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up)  # [B, n, 2 I]
             gate, up = gate_up.chunk(2, dim=-1)
             h = h + self._linear(F.silu(gate) * up, layer.down)
+        if self.hidden_layers:
+            self.features = torch.cat([inputs[i] for i in self.hidden_layers], dim=-1)  # [B, n, K H]
         last = self._rms_norm(h[:, -num_logits:], self.w.norm)  # [B, num_logits, H]
         logits = self._linear(last, self.w.head)  # [B, num_logits, V' or V]
         if self.w.head_ids is None:
@@ -285,10 +298,13 @@ class LeanLlama:
 
 class LeanLlamaCache:
     """A Llama model with its KV cache over the committed sequence; `CachedModel`'s interface (forward, crop,
-    len), computed by the lean step (module docstring). pack_plain: as `product_kind`'s."""
+    len, `features` of `hidden_layers`), computed by the lean step (module docstring). pack_plain: as
+    `product_kind`'s."""
 
-    def __init__(self, model: LlamaForCausalLM, pack_plain: bool = True) -> None:
-        self.lean = LeanLlama(model, pack_plain)
+    def __init__(
+        self, model: LlamaForCausalLM, pack_plain: bool = True, hidden_layers: tuple[int, ...] = ()
+    ) -> None:
+        self.lean = LeanLlama(model, pack_plain, hidden_layers)
         self.length = 0
         # [layers, kv heads, capacity, D], allocated at the first forward
         self.keys = self.values = torch.empty(0)
@@ -299,6 +315,15 @@ class LeanLlamaCache:
 
     def __len__(self) -> int:
         return self.length
+
+    @property
+    def hidden_layers(self) -> tuple[int, ...]:
+        return self.lean.hidden_layers
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        """The last forward's input states of `hidden_layers` [1, n, K H] (None: none kept)."""
+        return self.lean.features
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached positions."""

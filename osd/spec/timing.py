@@ -72,10 +72,15 @@ def target_pass_time(
     reps: int = 30,
     rounds: int = 5,
     lean: bool = True,
+    batch: int = 1,
+    padded: bool = False,
 ) -> float:
     """Seconds for a target pass over `length` new tokens after `context` tokens (length 1: a decode step; gamma +
-    1: a verification) as `generate` and the target-alone baseline take it: through `target_cache` (the lean step
-    where it applies; `lean=False`: HF's forward)."""
+    1: a verification) as the engine takes it: at B = 1 unpadded through `target_cache`, as `generate` and the
+    target-alone baseline do, else over `batch` rows as `generate_batch` does (`rows_pass_time`); the lean step
+    where it applies (`lean=False`: HF's forward)."""
+    if batch > 1 or padded:
+        return rows_pass_time(target, context, length, reps, rounds, batch, padded, lean, pack_plain=False)
     ids = _decoder_ids(target, context + length)  # [1, T + L]
     cache = target_cache(target, lean=lean)
     cache.forward(ids[:, :context], 1)
@@ -120,11 +125,11 @@ def pass_times(target: PreTrainedModel, context: int, max_length: int, reps: int
     ]
 
 
-def _decoder_ids(model: PreTrainedModel, length: int) -> torch.Tensor:
-    """Random token ids [1, length] for a decoder-only model's timed forwards."""
+def _decoder_ids(model: PreTrainedModel, length: int, batch: int = 1) -> torch.Tensor:
+    """Random token ids [batch, length] for a decoder-only model's timed forwards."""
     if model.config.is_encoder_decoder:
         raise ValueError("the target's timings measure decoder-only models")
-    return torch.randint(4, model.config.vocab_size, (1, length), device=model.device)
+    return torch.randint(4, model.config.vocab_size, (batch, length), device=model.device)
 
 
 def _best_median(
@@ -170,8 +175,8 @@ def draft_step_time(
         return head_step_time(model, context, reps, rounds)
     if not supports_lean_step(model):
         return step_time(model, context, reps=reps, rounds=rounds, batch=batch, padded=padded)
-    ids = torch.randint(4, model.config.vocab_size, (batch, context + 1), device=model.device)  # [B, T + 1]
     if batch == 1 and not padded:
+        ids = _decoder_ids(model, context + 1)  # [1, T + 1]
         cache = draft_cache(model, None)  # the lean step, as `generate` steps the draft
         cache.forward(ids[:, :context], 1)
         return _best_median(
@@ -181,15 +186,34 @@ def draft_step_time(
             reps,
             rounds,
         )
+    return rows_pass_time(model, context, 1, reps, rounds, batch, padded, lean=True, pack_plain=True)
+
+
+@torch.inference_mode()
+def rows_pass_time(
+    model: PreTrainedModel,
+    context: int,
+    length: int,
+    reps: int,
+    rounds: int,
+    batch: int,
+    padded: bool,
+    lean: bool,
+    pack_plain: bool,
+) -> float:
+    """Seconds for a pass over `length` new tokens of each of `batch` rows after `context` tokens, through the
+    batched engine's cache (`RowCache`; `lean`, `pack_plain` as `RowCache.start`'s), with `step_time`'s padding
+    mask where `padded`."""
+    ids = _decoder_ids(model, context + length, batch)  # [B, T + L]
     mask = torch.ones(batch, context, dtype=torch.long)  # [B, T]
     if padded:
         mask[::2, 0] = 0
-    rows = RowCache.start(model, ids[:, :context], mask, lean=True)
+    rows = RowCache.start(model, ids[:, :context], mask, lean=lean, pack_plain=pack_plain)
     rows.forward(ids[:, :context], mask, 1)
-    one = torch.ones(batch, 1, dtype=torch.long)
+    fed = torch.ones(batch, length, dtype=torch.long)
     return _best_median(
-        lambda: rows.forward(ids[:, context:], one, 1),
-        lambda: rows.keep(rows.lengths - 1),  # drop the fed token: its slot is cropped
+        lambda: rows.forward(ids[:, context:], fed, length),
+        lambda: rows.keep(rows.lengths - length),  # drop the fed tokens: their slots are cropped
         model.device,
         reps,
         rounds,

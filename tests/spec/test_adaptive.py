@@ -74,9 +74,9 @@ def test_batched_rows_stay_exact_with_auto_gamma():
 
 
 def test_measured_costs_cover_every_gamma(monkeypatch):
-    """Every k is timed: one row's target passes as `generate` takes them (`target_pass_time`: the lean step unless
-    the decoder says otherwise), several rows' with a padding mask (the batched engine runs with one); the draft
-    step as the engine takes it (`draft_step_time`: the lean Llama step), with the same mask."""
+    """Every k is timed: the target's passes as the engine takes them (`target_pass_time`: the lean step unless the
+    decoder says otherwise; several rows with a padding mask, as the batched engine runs), the draft step likewise
+    (`draft_step_time`: the lean Llama step), with the same mask."""
     from osd.spec import adaptive
 
     calls, lean_calls, target_calls = [], [], []
@@ -87,28 +87,30 @@ def test_measured_costs_cover_every_gamma(monkeypatch):
         "draft_step_time",
         lambda m, *a, **kw: (lean_calls.append((m, kw)), lean_timer(m, *a, **kw))[1],
     )
-    monkeypatch.setattr(
-        adaptive,
-        "target_pass_time",
-        lambda m, *a, **kw: (target_calls.append((m, a[1], kw["lean"])), pass_timer(m, *a, **kw))[1],
-    )
+
+    def timed_pass(m, **kw):
+        target_calls.append((m, kw["length"], kw["lean"], kw["batch"], kw["padded"]))
+        return pass_timer(m, **kw)
+
+    monkeypatch.setattr(adaptive, "target_pass_time", timed_pass)
     target, draft = tiny_model("llama", layers=2), tiny_model("llama", layers=1)
     policy = GammaPolicy(max_gamma=3, context=8)
     costs = policy.measure_costs(draft, target, batch=2)
     assert len(costs.verify_s) == 4 and costs.draft_s > 0 and min(costs.verify_s) > 0
     policy.measure_costs(draft, target, batch=1)
-    assert [kw["padded"] for kw in calls] == [True] * 4
-    assert target_calls == [(target, k + 1, True) for k in range(4)]
+    assert calls == []  # nothing through HF's forward
+    assert target_calls == [(target, k + 1, True, 2, True) for k in range(4)] + [
+        (target, k + 1, True, 1, False) for k in range(4)
+    ]
     assert [(m, kw["batch"], kw["padded"]) for m, kw in lean_calls] == [(draft, 2, True), (draft, 1, False)]
     assert policy.costs[1].draft_s > 0
     # a decoder that steps its models through HF's forward times them so
     hf_policy = SpeculativeDecoder(draft, target, gamma="auto", lean_draft=False, lean_target=False).policy
     assert hf_policy.lean_draft is False and hf_policy.lean_target is False
-    calls.clear()
     target_calls.clear()
     hf_policy.measure_costs(draft, target, batch=1)
     assert len(lean_calls) == 2 and len(calls) == 1  # the draft's step, through HF's forward
-    assert target_calls == [(target, k + 1, False) for k in range(hf_policy.max_gamma + 1)]
+    assert target_calls == [(target, k + 1, False, 1, False) for k in range(hf_policy.max_gamma + 1)]
 
 
 def test_a_padded_step_is_timed_with_its_mask(monkeypatch):

@@ -96,6 +96,25 @@ def test_the_engine_keeps_the_verified_target_states_of_each_sequence(teacher, t
     assert decoder.generate(prompts[0], max_new_tokens=12).target_features is None  # kept only when asked
 
 
+def test_the_lean_target_gives_the_head_what_hf_forward_gives(teacher, teacher_head):
+    """A head reading the lean step's states (the default) and HF's (`lean_target=False`): the same proposals,
+    acceptance and kept states, alone and in a batch."""
+    prompts = random_prompts(3072, (3, 9, 6), seed=1)
+    runs = []
+    for lean in (True, False):
+        decoder = SpeculativeDecoder(teacher_head, teacher, gamma=3, lean_target=lean)
+        alone = [decoder.generate(p, max_new_tokens=16, return_target_logits=True) for p in prompts]
+        runs.append(
+            alone
+            + decoder.generate_batch(*left_padded(prompts), max_new_tokens=16, return_target_logits=True)
+        )
+    for lean, hf in zip(*runs, strict=True):
+        assert lean.generated_ids.tolist() == hf.generated_ids.tolist()
+        assert lean.accepted_lengths == hf.accepted_lengths
+        torch.testing.assert_close(lean.target_features, hf.target_features, rtol=1e-4, atol=1e-4)
+    assert any(0 < a < 3 for out in runs[0] for a in out.accepted_lengths)
+
+
 def test_each_rejected_proposal_is_the_heads_prediction_at_its_chain_step(teacher, teacher_head):
     """Greedy: the token the target rejected at each wrong position p is the argmax of the training-time test's
     step s = `chain_steps` at entry p - 2 - s (the entry `osd.online.head_loss` charges for it), and not the

@@ -1,6 +1,6 @@
-"""The lean Llama step, the engine's path for drafts and targets: HF's logits, its cache kept through crops and
-growth, its weights following in-place updates, a target's serving layout kept, and the engine's output
-unchanged."""
+"""The lean Llama step, the engine's path for drafts and targets: HF's logits and a head's states, its cache kept
+through crops and growth, its weights following in-place updates, a target's serving layout kept, and the
+engine's output unchanged, alone and in batches."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from osd.spec.evaluate import target_only_greedy
 from osd.spec.lean_llama import LeanLlamaCache, draft_cache, product_kind, supports_lean_step, target_cache
 from osd.spec.packed_linear import packing_available
 from osd.spec.serving_choice import available_layouts, serving_copy
-from osd.spec.timing import draft_step_time
+from osd.spec.timing import draft_step_time, target_pass_time
 from tests.devices import DEVICES, on_device
 from tests.spec.references import NOISE, hf_greedy, left_padded, random_prompt, random_prompts
 from tests.tiny_models import VOCAB, draft_from_target, tiny_llama, tiny_model
@@ -41,6 +41,18 @@ def feeds(seed: int = 0) -> list[tuple[torch.Tensor, int]]:
     for i in range(40):
         calls.append((torch.randint(3, VOCAB, (1, 1 + i % 3), generator=g), 2 if i % 5 == 4 else 0))
     return calls
+
+
+def assert_equal_up_to_rounding(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """float32: elementwise within TOLERANCE. bf16, a 3-layer target's logits and a head's states: rounding adds up
+    over the layers and the residual stream grows to about 20 (a bf16 ulp there is 0.125; a small sum of large
+    terms keeps their absolute rounding), so the error is judged over the whole tensor: within 1% of its norm (a
+    state from another row or position is off by about 100%)."""
+    if expected.dtype == torch.float32:
+        torch.testing.assert_close(actual, expected, **TOLERANCE[torch.float32])
+        return
+    error = float((actual.float() - expected.float()).norm() / expected.float().norm())
+    assert error < 1e-2, f"relative error {error:.4f}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -136,13 +148,32 @@ def test_other_models_keep_hf_forward():
     assert type(draft_cache(t5, torch.tensor([[3, 4, 2]]))) is CachedModel
 
 
-def test_a_target_takes_the_lean_step_unless_a_head_reads_its_states():
+def test_a_target_takes_the_lean_step_with_or_without_a_head_reading_its_states():
     target = tiny_llama(seed=1)
     assert isinstance(target_cache(target), LeanLlamaCache)
     assert type(target_cache(target, lean=False)) is CachedModel  # SpeculativeDecoder(lean_target=False)
     heads = target_cache(target, hidden_layers=(0, 1))  # an EAGLE-3 head reads the verification's states
-    assert type(heads) is CachedModel and heads.hidden_layers == (0, 1)
+    assert isinstance(heads, LeanLlamaCache) and heads.hidden_layers == (0, 1)
     assert type(target_cache(tiny_model("mistral", layers=2))) is CachedModel
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layers", [(0, 2, 1), (1,)])
+@torch.inference_mode()
+def test_the_kept_states_equal_hf_hidden_states_through_crops(layers, dtype):
+    """The input states of a head's layers (in the order asked, the embeddings as layer 0's) at every fed token,
+    as HF's `hidden_states` give them, through crops; the logits alike."""
+    target = tiny_llama(layers=3, seed=7, initializer_range=0.3).to(dtype)
+    hf, lean = CachedModel(target, None, layers), target_cache(target, hidden_layers=layers)
+    assert isinstance(lean, LeanLlamaCache)
+    for tokens, drop in feeds(seed=3):
+        if drop:
+            hf.crop(len(hf) - drop)
+            lean.crop(len(lean) - drop)
+        n = tokens.shape[1]
+        assert_equal_up_to_rounding(lean.forward(tokens, n), hf.forward(tokens, n))
+        assert lean.features.shape == (1, n, len(layers) * target.config.hidden_size)
+        assert_equal_up_to_rounding(lean.features, hf.features)
 
 
 @pytest.mark.parametrize("layout", available_layouts())
@@ -219,6 +250,24 @@ def test_draft_step_time_times_the_lean_step(batch, padded, monkeypatch):
     assert fed[0] == (batch, 16) and fed[1:] == [(batch, 1)] * 4  # the context, then the timed steps
 
 
+@pytest.mark.parametrize("batch, padded", [(1, False), (4, True)])
+def test_target_pass_time_times_the_lean_step_in_the_targets_layout(batch, padded, monkeypatch):
+    fed, products = [], []
+    forward = lean_llama.LeanLlama.forward
+
+    def recorded(self, tokens, *a):
+        fed.append(tokens.shape)
+        products.append(self.w.product)
+        return forward(self, tokens, *a)
+
+    monkeypatch.setattr(lean_llama.LeanLlama, "forward", recorded)
+    target = tiny_llama(seed=1).to(torch.bfloat16)
+    seconds = target_pass_time(target, context=16, length=3, reps=3, rounds=1, batch=batch, padded=padded)
+    assert 0 < seconds < 1
+    assert fed[0] == (batch, 16) and fed[1:] == [(batch, 3)] * 4  # the context, then the timed passes
+    assert set(products) == {"plain"}  # a target's plain bf16 layers stay as they are: nothing packed
+
+
 def row_feeds(seed: int = 0) -> list[tuple[list[list[int]], list[int] | None]]:
     """The batched engine's kind of calls on 4 rows: their committed tokens at each call, and before some calls
     the rows that stay (None: all). Rows grow by 1-3 tokens and drop 0-2 at random, as rejections do."""
@@ -262,13 +311,39 @@ def test_batched_rows_equal_hf_forward_through_padding_rejections_and_compaction
         torch.testing.assert_close(lean.logits, hf.logits, **TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@torch.inference_mode()
+def test_a_batched_target_keeps_its_layout_and_a_heads_states_as_hf_forward(dtype):
+    """A target's rows (`pack_plain=False`, as `generate_batch` starts them) through padding, rejections and a
+    row leaving: the lean step's logits and kept states at every row are HF's batched forward's."""
+    target = tiny_llama(layers=3, seed=8, initializer_range=0.3).to(dtype)
+    ids, mask = left_padded(random_prompts((3, 9, 6, 1)))
+    layers = (0, 2)
+    hf, lean = (
+        batched.RowCache.start(target, ids, mask, lean=flag, hidden_layers=layers, pack_plain=False)
+        for flag in (False, True)
+    )
+    assert hf.lean is None and lean.lean.w.product == "plain"  # a target's plain layers are not packed
+    for rows, stay in row_feeds(seed=1):
+        for cache in (hf, lean):
+            if stay is not None:
+                cache.keep(cache.lengths.clone(), torch.tensor(stay))
+            feed, feed_mask = cache.feed_unseen(rows)
+            cache.logits = cache.forward(feed, feed_mask, num_logits=2)  # [B, 2, V]
+            cache.fed = feed_mask.bool()
+        # what padded slots give is never read: compare the fed tokens' logits and states
+        last = lean.fed[:, -2:]  # [B, 2]
+        assert_equal_up_to_rounding(lean.logits[last], hf.logits[last])
+        assert_equal_up_to_rounding(lean.features[lean.fed], hf.features[hf.fed])
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_batched_engine_output_equals_the_hf_draft_path(temperature):
+def test_batched_engine_output_equals_the_hf_path(temperature):
     target = tiny_model("llama", layers=3)
     draft = draft_from_target(target, NOISE["llama"])
     ids, mask = left_padded(random_prompts((3, 9, 6, 1)))
     outputs = [
-        SpeculativeDecoder(draft, target, gamma=3, lean_draft=lean).generate_batch(
+        SpeculativeDecoder(draft, target, gamma=3, lean_draft=lean, lean_target=lean).generate_batch(
             ids, mask, max_new_tokens=30, temperature=temperature, generator=torch.Generator().manual_seed(7)
         )
         for lean in (True, False)
