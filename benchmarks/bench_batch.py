@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         # interleaved batch by batch, so that load on a shared machine falls on every method alike
         seconds: dict[str, list[float]] = {name: [] for name in ["HF generate", *decoders]}
         outs: dict[str, list] = {g: [] for g in decoders}
+        calls: dict[str, list[list]] = {g: [] for g in decoders}  # each batch's outputs
         for ids, m in batches:
             seconds["HF generate"].append(
                 timed(lambda ids=ids, m=m: target.generate(ids, attention_mask=m, **hf), target.device)[1]
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     lambda d=decoder, ids=ids, m=m: d.generate_batch(ids, m, max_new_tokens=n), target.device
                 )
                 outs[g] += batch_outs
+                calls[g].append(batch_outs)
                 seconds[g].append(s)
         hf_base = len(prompts) * n / sum(seconds["HF generate"])
         engine_base = sum(o.generated_ids.shape[1] for o in outs["0"]) / sum(seconds["0"])
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    # a query's latency is its batch's call (EOS ignored: every row ends with its batch)
                    "target latency p50 s": statistics.median(seconds[alone]),
                    "spec latency p50 s": statistics.median(seconds[gamma]),
-                   "spec latency max s": max(seconds[gamma])}  # fmt: skip
+                   "spec latency max s": max(seconds[gamma]), **step_split(calls[gamma])}  # fmt: skip
             # Eq. 2 charged with the verify cost of B x (gamma + 1) tokens over B x 1, for a fixed gamma that
             # proposed (gamma 0 has no alpha)
             if gamma != "auto" and alpha is not None:
@@ -180,6 +182,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     plot(rows, out / "speedup.png")
     return rows
+
+
+def step_split(calls: list[list]) -> dict[str, float]:
+    """Where a method's batches spent their steps (each row's timings are its batch's): target passes per batch
+    (its slowest row's) and per row, and seconds drafting, in the target's passes, and the rest (accepting,
+    committing, the caches), summed over the batches."""
+    firsts = [outs[0] for outs in calls]
+    return {
+        "batch steps": statistics.mean(max(o.num_target_calls for o in outs) for outs in calls),
+        "row steps": statistics.mean(o.num_target_calls for outs in calls for o in outs),
+        "draft s": sum(o.draft_time_s for o in firsts),
+        "target s": sum(o.target_time_s for o in firsts),
+        "accept and caches s": sum(o.accept_time_s + o.cache_time_s for o in firsts),
+    }
 
 
 def stops_paying(rows: list[dict]) -> dict[str, int | None]:

@@ -22,6 +22,9 @@ def test_speedups_are_over_the_fastest_target_alone(tmp_path, flags):
         assert plain["target alone tok/s"] == max(plain["HF generate tok/s"], plain["spec tok/s"])
         assert spec["speedup"] == pytest.approx(spec["spec tok/s"] / plain["target alone tok/s"])
         assert plain["alpha"] is None and 0 <= spec["alpha"] <= 1 and spec["verify cost"] > 0
+        # greedy, EOS ignored: plain decoding takes one pass a token (the prefill's gives the first) in every row
+        assert plain["batch steps"] == plain["row steps"] == 6 and plain["draft s"] < spec["draft s"]
+        assert spec["row steps"] <= spec["batch steps"] <= 6
     recorded = json.loads((tmp_path / "results.json").read_text())
     assert recorded["command"].startswith("python -m benchmarks.bench_batch --target")
     assert recorded["rows"] == rows and (tmp_path / "speedup.png").exists()
