@@ -227,6 +227,7 @@ class LeanLlama:
         self.hidden_layers = hidden_layers
         self.features: torch.Tensor | None = None
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.grouped = self.num_kv_heads != self.num_heads
         self.head_dim = config.head_dim
         self.scale = model.model.layers[0].self_attn.scaling
         self.eps = config.rms_norm_eps
@@ -257,11 +258,9 @@ class LeanLlama:
             qkv = qkv.view(B, n, -1, self.head_dim).transpose(1, 2)  # [B, heads + 2 kv, n, D]
             q, k, v = qkv.split([self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
             keys, values = store(i, _rotate(k, cos, sin), v)  # [B, kv heads, W, D]
-            if self.num_kv_heads != self.num_heads:
-                groups = self.num_heads // self.num_kv_heads
-                keys, values = keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1)
+            # grouped-query attention: each kv head serves heads / kv heads query heads, read in place
             attn = F.scaled_dot_product_attention(
-                _rotate(q, cos, sin), keys, values, attn_mask=mask, scale=self.scale
+                _rotate(q, cos, sin), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=self.grouped
             )  # [B, heads, n, D]
             h = h + self._linear(attn.transpose(1, 2).reshape(B, n, -1), layer.o)
             gate_up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up)  # [B, n, 2 I]

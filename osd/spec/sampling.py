@@ -23,9 +23,9 @@ import torch
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
-    """argmax over the last dimension: [..., V] -> [...]. Upcast first: the float32 argmax is exact for
-    bf16/fp16 logits and on the CPU ~5x faster than argmax in bf16 (5 ms vs 1 ms at [16, 2, 49152])."""
-    return logits.float().argmax(-1)
+    """argmax over the last dimension: [..., V] -> [...], the first index of the largest value, as `argmax`. By
+    `max`, which on the CPU runs several times faster than `argmax` in bf16 and than an upcast's argmax."""
+    return logits.max(-1).indices
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from osd.spec.sampling import accept_reject, acceptance_probability, generator_on, logits_to_probs, sample
+from osd.spec.sampling import (
+    accept_reject,
+    acceptance_probability,
+    generator_on,
+    greedy,
+    logits_to_probs,
+    sample,
+)
 
 
 def test_temperature_zero_is_one_hot_argmax():
     logits = torch.tensor([[0.1, 3.0, -1.0], [2.0, 0.0, 1.9]])
     torch.testing.assert_close(logits_to_probs(logits, 0.0), torch.tensor([[0.0, 1, 0], [1.0, 0, 0]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_greedy_is_argmax_with_its_first_index_among_ties(dtype):
+    """bf16 logits tie often: greedy takes the first largest, as `argmax` (and HF generate) do, -inf rows of a
+    sub-vocabulary head included."""
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randint(0, 6, (16, 3, 4096), generator=gen) * 0.5).to(dtype)  # a few values: many ties
+    logits[..., ::3] = float("-inf")
+    assert torch.equal(greedy(logits), logits.argmax(-1))
+    assert greedy(torch.tensor([[1.0, 3.0, 3.0, 2.0]], dtype=dtype)).tolist() == [1]
 
 
 def test_top_p_keeps_the_smallest_nucleus_and_renormalises():
