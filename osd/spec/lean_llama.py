@@ -10,6 +10,7 @@ What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
 - one KV cache per layer preallocated ([kv heads, capacity, head dim], grown by doubling; a crop only moves
   the length);
 - the q/k/v products fused into one, and the gate/up products into one (concatenated weights);
+- grouped-query keys and values read in place by the attention kernel, not repeated per query head;
 - the RoPE frequencies of the model's own rotary embedding;
 - each product in the layout of the model's own linear layers (`product_kind`: oneDNN-packed, the bf16 rows
   kernel, weight-major or plain), so that a target served in a layout keeps it; a draft's plain bf16 layers
