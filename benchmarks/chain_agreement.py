@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -29,6 +28,7 @@ from osd.analysis.recording import Recording, load_recording
 from osd.datafiles import write_output
 from osd.online.head_loss import ttt_logits
 from osd.paths import TARGET_PATH, repo_relative
+from osd.results import command_line
 from osd.spec.drafter import Drafter, load_drafter
 from osd.spec.eagle3 import Eagle3Head
 from osd.spec.timing import machine
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{path} {name}: " + ", ".join(f"step {s + 1} {a:.3f}" for s, a in enumerate(shares)),
                 flush=True,
             )
-    result = {"command": "python -m benchmarks.chain_agreement " + " ".join(sys.argv[1:] if argv is None else argv),
+    result = {"command": command_line("benchmarks.chain_agreement", argv),
               "machine": machine(), "steps": args.steps, "limit": args.limit, "agreement": table}  # fmt: skip
     if args.out:
         write_output(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -27,6 +26,7 @@ from osd.alpha import format_alpha
 from osd.analysis.recording import load_recording, tokenizer_identity
 from osd.analysis.simulate import simulate, simulated_alpha
 from osd.paths import repo_relative
+from osd.results import command_line
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.gamma import ALPHA_FIGURES, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.user_errors import run_main
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {draft} | " + " | ".join(format_alpha(row[c]) for c in columns) + " |")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        command = "python -m benchmarks.draft_alpha " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = command_line("benchmarks.draft_alpha", argv)
         Path(args.out).write_text(
             json.dumps(repo_relative({"command": command, "alpha": table}), indent=1) + "\n"
         )

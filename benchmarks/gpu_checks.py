@@ -33,7 +33,7 @@ from osd.alpha import format_alpha
 from osd.demo.report import tokens_per_s, total_row
 from osd.demo.target import GGUF_PACKAGE, SOURCE_FILE
 from osd.paths import REPO_ROOT, TARGET_PATH, TINY_DRAFT_PATH, TINY_TEACHER_PATH
-from osd.results import markdown_table
+from osd.results import command_line, markdown_table
 from osd.spec.timing import machine
 from osd.stages import Stage, check_limits, run_stages
 from osd.user_errors import run_main
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> list:
     demo = not args.dry_run and demo_target_available()
     device = "cpu" if args.dry_run else "cuda"
     budget, scale = check_limits(args.dry_run, args.budget_s)
-    header = {"command": "python -m benchmarks.gpu_checks " + " ".join(sys.argv[1:] if argv is None else argv),
+    header = {"command": command_line("benchmarks.gpu_checks", argv),
               "pair": "demo" if demo else "tiny", "device": device, "machine": machine(device), "budget_s": budget}  # fmt: skip
     if not demo and not args.dry_run:
         header["note"] = (

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from osd.alpha import format_alpha, pooled_alpha
 from osd.analysis.recording import load_recording
 from osd.paths import TARGET_PATH, repo_relative
+from osd.results import command_line
 from osd.spec import SpeculativeDecoder
 from osd.spec.drafter import Drafter, load_drafter
 from osd.spec.timing import draft_step_time, machine, step_time
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
               + f"; mean {results[path]['mean_alpha']:.3f}; c = {results[path]['c']:.3f}", flush=True)  # fmt: skip
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        command = "python -m benchmarks.head_alpha " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = command_line("benchmarks.head_alpha", argv)
         report = {"command": command, "gamma": args.gamma, "machine": machine(), "drafters": results}
         Path(args.out).write_text(json.dumps(repo_relative(report), indent=1) + "\n")
 

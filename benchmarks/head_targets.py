@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from osd.alpha import format_alpha
@@ -24,6 +23,7 @@ from osd.cost_model import alpha_from_tokens_per_step
 from osd.datafiles import write_output
 from osd.demo.report import mean_tail_alpha, speedups_over_alone
 from osd.paths import repo_relative
+from osd.results import command_line
 from osd.user_errors import run_main
 
 RUNS = ("standard", "online")
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{run:<9} {r['model_speedup']:.2f}x ({r['model_share_of_eq2']:.2f})"
               f"{'':>15}{r['head_speedup']:.2f}x {r['goal']:.2f}x {format_alpha(r['head_alpha_needed_full_eq2']):>22}, "
               f"{format_alpha(r['head_alpha_needed_at_model_share'])}{'':>18}{format_alpha(r['head_alpha'])}, {format_alpha(r['head_ceiling'])}")  # fmt: skip
-    result = {"command": "python -m benchmarks.head_targets " + " ".join(sys.argv[1:] if argv is None else argv),
+    result = {"command": command_line("benchmarks.head_targets", argv),
               "summary_command": summary["command"], **result}  # fmt: skip
     if args.out:
         write_output(

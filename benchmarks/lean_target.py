@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
 from osd.models import random_model
 from osd.paths import TARGET_PATH, repo_relative
+from osd.results import command_line
 from osd.spec.serving_choice import available_layouts, serving_copy
 from osd.spec.timing import machine, target_pass_time
 from osd.user_errors import run_main
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
             steps = " ".join(f"{t / ms[path][0]:.2f}" for t in ms[path][1:])
             print(f"{layout:13s} {path:5s} {ms[path][0]:8.1f}  {steps}")
     result = {
-        "command": "python -m benchmarks.lean_target " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("benchmarks.lean_target", argv),
         "machine": machine(),
         "args": vars(args),
         "layouts": layouts,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -25,6 +24,7 @@ import torch
 from osd.cost_model import speedup_measured_verify
 from osd.models import SERVING_DTYPES, random_model
 from osd.paths import DRAFT_PATH, TARGET_PATH, repo_relative
+from osd.results import command_line
 from osd.spec.timing import machine, pair_costs
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{device} {name} (draft {draft_name}): target {run['target_ms']:.2f} ms, draft {run['draft_ms']:.2f} ms, "
                   f"c {run['c']:.3f}, verify cost k=1..{args.max_gamma}: {verify}; Eq. 2 {best}")  # fmt: skip
     result = {
-        "command": "python -m benchmarks.step_costs " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("benchmarks.step_costs", argv),
         "target": args.target,
         "draft": args.draft,
         "context": args.context,
