@@ -16,9 +16,10 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.spec.batched import RowCache
+from osd.spec.cached_model import CachedModel
 from osd.spec.eagle3 import Eagle3Head
 from osd.spec.head_cache import HeadSequence
-from osd.spec.lean_llama import draft_cache, supports_lean_step, target_cache
+from osd.spec.lean_llama import LeanLlamaCache, draft_cache, supports_lean_step, target_cache
 
 
 def synchronize(device: torch.device) -> None:
@@ -81,13 +82,25 @@ def target_pass_time(
     where it applies (`lean=False`: HF's forward)."""
     if batch > 1 or padded:
         return rows_pass_time(target, context, length, reps, rounds, batch, padded, lean, pack_plain=False)
-    ids = _decoder_ids(target, context + length)  # [1, T + L]
-    cache = target_cache(target, lean=lean)
+    return _sequence_pass_time(target_cache(target, lean=lean), target, context, length, reps, rounds)
+
+
+def _sequence_pass_time(
+    cache: CachedModel | LeanLlamaCache,
+    model: PreTrainedModel,
+    context: int,
+    length: int,
+    reps: int,
+    rounds: int,
+) -> float:
+    """Seconds for a pass over `length` new tokens after `context` tokens through `cache`, one sequence's cache of
+    `model` (`target_cache`'s or `draft_cache`'s)."""
+    ids = _decoder_ids(model, context + length)  # [1, T + L]
     cache.forward(ids[:, :context], 1)
     return _best_median(
         lambda: cache.forward(ids[:, context:], length),
         lambda: cache.crop(context),
-        target.device,
+        model.device,
         reps,
         rounds,
     )
@@ -175,17 +188,8 @@ def draft_step_time(
         return head_step_time(model, context, reps, rounds)
     if not supports_lean_step(model):
         return step_time(model, context, reps=reps, rounds=rounds, batch=batch, padded=padded)
-    if batch == 1 and not padded:
-        ids = _decoder_ids(model, context + 1)  # [1, T + 1]
-        cache = draft_cache(model, None)  # the lean step, as `generate` steps the draft
-        cache.forward(ids[:, :context], 1)
-        return _best_median(
-            lambda: cache.forward(ids[:, context:], 1),
-            lambda: cache.crop(context),
-            model.device,
-            reps,
-            rounds,
-        )
+    if batch == 1 and not padded:  # the lean step, as `generate` steps the draft
+        return _sequence_pass_time(draft_cache(model, None), model, context, 1, reps, rounds)
     return rows_pass_time(model, context, 1, reps, rounds, batch, padded, lean=True, pack_plain=True)
 
 
