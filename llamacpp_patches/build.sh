@@ -3,6 +3,8 @@
 #   bash llamacpp_patches/build.sh            # CPU build in llamacpp_patches/work/llama.cpp/build
 #   bash llamacpp_patches/build.sh --cuda     # adds -DGGML_CUDA=ON
 #   bash llamacpp_patches/build.sh --cuda --cuda-arch=90 --example-only   # a lent H100/H200: sm_90, the example only
+#   bash llamacpp_patches/build.sh --cuda --no-flash-attn   # without the CUDA FlashAttention kernels: about half
+#                                             # the CUDA compile; attention then takes ggml's matrix products
 #   bash llamacpp_patches/build.sh --no-amx   # a VM whose CPU flags show AMX but which traps AMX
 #                                             # instructions (SIGILL in tinygemm_kernel_amx on q8_0/q4_0)
 #   bash llamacpp_patches/build.sh --fetch-only                        # the tree only (pack_source.sh)
@@ -32,10 +34,11 @@ for ARG in "$@"; do
         --example-only) TARGETS="llama-osd-stream"
                         CMAKE_FLAGS+=(-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
                                       -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF) ;;
+        --no-flash-attn) CMAKE_FLAGS+=(-DGGML_CUDA_FA=OFF) ;;
         --fetch-only) FETCH_ONLY=1 ;;
         --no-amx) CMAKE_FLAGS+=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
                                "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16") ;;
-        *) echo "unknown flag $ARG (expected --cuda, --cuda-arch=ARCH, --example-only, --fetch-only, --no-amx)" >&2; exit 2 ;;
+        *) echo "unknown flag $ARG (expected --cuda, --cuda-arch=ARCH, --example-only, --no-flash-attn, --fetch-only, --no-amx)" >&2; exit 2 ;;
     esac
 done
 

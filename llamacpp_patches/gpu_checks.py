@@ -6,7 +6,7 @@ latency per gamma, measured against Eq. 2 charged with llama.cpp's own verificat
 
 Stages (osd.stages: each its own time limit within --budget_s; OUT/results.json, results.md and log.txt are
 rewritten after each):
-  build             build.sh --cuda --cuda-arch=90 --example-only, from the stripped tree that travelled
+  build             build.sh --cuda --cuda-arch=90 --example-only --no-flash-attn, from the stripped tree that travelled
                     (LLAMACPP_TARBALL, pack_source.sh) unless llamacpp_patches/work/llama.cpp is there already
   convert_*         convert.sh: each draft (and the tiny pair's target) to an f16 GGUF
   g{gamma}_{draft}  run.py over --limit queries of every data/local/*_eval.json (target alone, draft alone and
@@ -38,7 +38,6 @@ PY = sys.executable
 HERE = Path(__file__).resolve().parent
 TARBALL = REPO_ROOT / ".gpu" / "llama.cpp.tar.xz"  # bash_scripts/gpu/prepare.sh packs it
 FIXTURE = REPO_ROOT / "tests" / "llamacpp" / "fixtures" / "demo_stream.jsonl"
-ONLINE_RUN = REPO_ROOT / "outputs" / "gpu_checks" / "main_job"  # benchmarks.gpu_checks' main job
 COLUMNS = {"gamma": "gamma", "draft": "draft", "base_ms_per_token": "target ms/tok", "spec_ms_per_token": "spec ms/tok",
            "speedup": "measured", "alpha": "alpha", "c": "c", "verify_cost": "v", "predicted": "Eq. 2",
            "predicted_verify": "Eq. 2 with v", "same_output": "same output"}  # fmt: skip
@@ -50,6 +49,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", required=True, help="results.json, results.md and log.txt go here")
     parser.add_argument("--work_dir", default="outputs/gpu_llamacpp", help="GGUF files and the runs' JSONL")
+    parser.add_argument("--online_run", default="outputs/gpu_checks/main_job",
+                        help="the main job of benchmarks.gpu_checks, whose online-distilled draft is also run")  # fmt: skip
     parser.add_argument("--dry_run", action="store_true", help="record the commands; the report on a fixture")
     parser.add_argument("--budget_s", type=float,
                         help="the whole check's seconds (default: osd.stages.check_limits, 390 on a GPU)")  # fmt: skip
@@ -61,16 +62,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def models(work: Path, demo: bool) -> tuple[Path, dict[str, Path]]:
+def models(work: Path, demo: bool, online_run: Path) -> tuple[Path, dict[str, Path]]:
     """(the target's GGUF, {draft name: HF folder}) of the pair; the online draft where the main job left one."""
     standard = DRAFT_PATH if demo else TINY_DRAFT_PATH
     drafts = {"standard": standard}
-    summary = ONLINE_RUN / "summary.json"
+    summary = online_run / "summary.json"
     if (
         summary.is_file()
         and (REPO_ROOT / json.loads(summary.read_text())["args"]["draft"]).resolve() == standard
     ):
-        drafts["online"] = ONLINE_RUN / "draft"
+        drafts["online"] = online_run / "draft"
     return (gguf_path() if demo else gguf_file(work, "target")), drafts
 
 
@@ -81,9 +82,10 @@ def gguf_file(work: Path, name: str) -> Path:
 
 def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
     env = {"PYTHON": PY} | ({"LLAMACPP_TARBALL": str(TARBALL)} if TARBALL.is_file() else {})
-    target_gguf, drafts = models(work, demo)
+    target_gguf, drafts = models(work, demo, Path(args.online_run))
     converted = drafts | ({} if demo else {"target": TINY_TEACHER_PATH})
     build = ["bash", str(HERE / "build.sh"), "--cuda", f"--cuda-arch={args.cuda_arch}", "--example-only"]
+    build += ["--no-flash-attn"]  # half the compile; a bare machine builds within the check's minutes
     result = [Stage("build", build, 330, env=env, dry_run=args.dry_run)]
     for name, folder in converted.items():
         convert = ["bash", str(HERE / "convert.sh"), str(folder), str(work / "gguf" / name), "f16"]
@@ -111,7 +113,8 @@ def serve_command(args: argparse.Namespace, work: Path, gamma: int, name: str, f
     command += ["--draft_gguf", str(gguf_file(work, name)), "--draft_vocab_from", str(folder)]
     command += ["--tokenizer_path", str(tokenizer), "--data_path", *data, "--limit", str(args.limit)]
     command += ["--max_new_tokens", str(args.max_new_tokens), "--gamma", str(gamma)]
-    command += ["--extra_args", "-ngl 99 -ngld 99"]  # every layer of both models on the GPU
+    # every layer of both models on the GPU; attention without FlashAttention, which the build leaves out
+    command += ["--extra_args", "-ngl 99 -ngld 99 -fa off"]
     return command + ["--label", f"{name}_g{gamma}", "--out_dir", str(work / "runs")]
 
 

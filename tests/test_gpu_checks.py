@@ -15,8 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def dry_run(script: str, tmp_path: Path) -> tuple[dict, str]:
-    """Run bash_scripts/gpu/{script} with DRY_RUN=1; its results.json and results.md."""
+def dry_run(script: str, tmp_path: Path, *flags: str) -> tuple[dict, str]:
+    """Run bash_scripts/gpu/{script} with DRY_RUN=1 (and `flags`); its results.json and results.md."""
     out = tmp_path / "out"
     command = [
         "bash",
@@ -24,6 +24,7 @@ def dry_run(script: str, tmp_path: Path) -> tuple[dict, str]:
         str(out),
         "--work_dir",
         str(tmp_path / "work"),
+        *flags,
     ]
     env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable}
     # the limit is above a rehearsal's budget (osd.stages.check_limits), which ends its stages first
@@ -65,18 +66,19 @@ def test_python_checks_pass_every_stage_on_the_cpu_and_write_their_tables(tmp_pa
 
 
 def test_llamacpp_check_records_its_commands_and_reports_a_fixture(tmp_path):
-    results, markdown = dry_run("llamacpp.sh", tmp_path)
+    # no main job ran here, whatever a checkout's outputs/ holds: the Standard draft alone
+    results, markdown = dry_run("llamacpp.sh", tmp_path, "--online_run", str(tmp_path / "no_main_job"))
     stages = {s["name"]: s for s in results["stages"]}
     assert (
         results["pair"] == "tiny" and results["dry_run"] and results["budget_s"] == 1800
     )  # a rehearsal's limits
     assert [n for n, s in stages.items() if s["status"] != "not run (dry run)"] == ["report"]
     assert stages["report"]["status"] == "passed"
-    assert stages["build"]["command"] == "bash llamacpp_patches/build.sh --cuda --cuda-arch=90 --example-only"
+    assert stages["build"]["command"] == "bash llamacpp_patches/build.sh --cuda --cuda-arch=90 --example-only --no-flash-attn"
     assert [n for n in stages if n.startswith("g")] == [f"g{g}_standard" for g in (1, 2, 3, 4)]
     assert (
         "--gamma 3" in stages["g3_standard"]["command"]
-        and "'-ngl 99 -ngld 99'" in stages["g3_standard"]["command"]
+        and "'-ngl 99 -ngld 99 -fa off'" in stages["g3_standard"]["command"]
     )
     (row,) = stages["report"]["figures"]["rows"]  # the fixture: one speculative run, gamma 5, four domains
     assert row["gamma"] == 5 and row["measured / Eq. 2 with v"] == pytest.approx(
