@@ -84,7 +84,7 @@ def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
     # main job chooses its dtype by measuring (osd.spec.serving_choice), on a GPU bf16
     float32 = ["--dtype", "float32", "--draft_dtype", "float32"] if args.dry_run else []
     tests = [PY, "-m", "pytest", *device_test_modules(), "-k", "cuda", "-q", "-p", "no:cacheprovider"]
-    tests += ["--junitxml", str(work / "cuda_tests.xml")]
+    tests += ["--durations=15", "--junitxml", str(work / "cuda_tests.xml")]  # the slowest tests in the log
     scale = [PY, "-m", "benchmarks.gpu_scale", "--device", device, "--out", str(work / "gpu_scale")]
     if args.dry_run:
         scale += ["--shapes", "tiny", "--queries", "2", "--prompt_tokens", "16", "--max_new_tokens", "16"]
@@ -100,7 +100,7 @@ def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
         return Stage(name, command, 60, lambda: summarize_bench(work / f"{name}.json"), needs)
 
     return [
-        Stage("cuda_tests", tests, 120, lambda: summarize_tests(work / "cuda_tests.xml")),
+        Stage("cuda_tests", tests, 150, lambda: summarize_tests(work / "cuda_tests.xml")),
         Stage("gpu_scale", scale, 90, lambda: summarize_scale(work / "gpu_scale")),
         *([Stage("target", [PY, "-m", "osd.demo.target"], 60)] if demo else []),
         bench("bench_standard", draft, needs_target),

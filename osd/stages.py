@@ -5,7 +5,7 @@ each stage is a command (a subprocess: a crash, a hang or CUDA running out of me
 with its own time limit, clamped to what is left of the whole check's budget. A stage that fails, times out
 or finds no time left is recorded as such and the next one runs; a stage whose `needs` (among the stages of
 this check) did not pass is skipped. After every stage `{out}/results.json` and `{out}/results.md` are rewritten, and every command's
-output is appended to `{out}/log.txt`: three files, whatever happens. A stage that ran to its end (passed,
+output is appended to `{out}/log.txt` (its machine paths scrubbed after each stage): three files, whatever happens. A stage that ran to its end (passed,
 or failed: a test run) is `summarize`d: its figures and a Markdown table, read from what it wrote, for both
 files; outputs it should have written and did not fail it.
 
@@ -93,6 +93,7 @@ def run_stages(
         else:
             run_one(stage, min(stage.timeout_s * time_scale, left), log, result)
         results.append(result)
+        log.write_text(scrub(log.read_text(errors="replace"), out))
         write_results(out, title, header, results)
     return results
 
@@ -131,18 +132,22 @@ def write_results(out: Path, title: str, header: dict, results: list[StageResult
     """`results.json` (header, every stage with its figures) and `results.md` (a status table, then each
     summarized stage's table)."""
     record = {**header, "stages": [asdict(r) for r in results]}
-    (out / "results.json").write_text(scrub(json.dumps(record, indent=1)) + "\n")
+    (out / "results.json").write_text(scrub(json.dumps(record, indent=1), out) + "\n")
     lines = [f"# {title}", "", "| stage | status | seconds | note |", "|---|---|---|---|"]
     lines += [f"| {r.name} | {r.status} | {r.seconds:.0f} | {r.note} |" for r in results]
     for r in results:
         lines += ["", f"## {r.name}", "", f"`{r.command}`"]
         lines += ["", r.table] if r.table else []
-    (out / "results.md").write_text(scrub("\n".join(lines)) + "\n")
+    (out / "results.md").write_text(scrub("\n".join(lines), out) + "\n")
 
 
-def scrub(text: str) -> str:
-    """`text` naming no path of this machine: the repository's paths relative, this interpreter `python`."""
+def scrub(text: str, out: Path | None = None) -> str:
+    """`text` naming no path of this machine: the repository's paths relative, this interpreter `python`, any
+    path into a `site-packages` folder (a warning's, a traceback's) from `<site-packages>`, `out` as OUT."""
     root = re.escape(str(REPO_ROOT))
     text = text.replace(sys.executable, "python")
+    if out is not None:
+        text = re.sub(rf"(?<![\w./-]){re.escape(str(out.resolve()))}(?![\w.-])", "OUT", text)
+    text = re.sub(r"(?<![\w.-])[\w./-]*/site-packages/", "<site-packages>/", text)
     text = re.sub(rf"(?<![\w./-]){root}/", "", text)  # only where a path starts: not /tmp/x/work/main_job
     return re.sub(rf"(?<![\w./-]){root}(?![\w.-])", ".", text)

@@ -74,7 +74,10 @@ def test_llamacpp_check_records_its_commands_and_reports_a_fixture(tmp_path):
     )  # a rehearsal's limits
     assert [n for n, s in stages.items() if s["status"] != "not run (dry run)"] == ["report"]
     assert stages["report"]["status"] == "passed"
-    assert stages["build"]["command"] == "bash llamacpp_patches/build.sh --cuda --cuda-arch=90 --example-only --no-flash-attn"
+    assert (
+        stages["build"]["command"]
+        == "bash llamacpp_patches/build.sh --cuda --cuda-arch=90 --example-only --no-flash-attn"
+    )
     assert [n for n in stages if n.startswith("g")] == [f"g{g}_standard" for g in (1, 2, 3, 4)]
     assert (
         "--gamma 3" in stages["g3_standard"]["command"]
@@ -85,3 +88,21 @@ def test_llamacpp_check_records_its_commands_and_reports_a_fixture(tmp_path):
         row["measured"] / row["Eq. 2 with v"]
     )
     assert "| gamma | draft | target ms/tok | spec ms/tok | measured |" in markdown
+
+
+@pytest.mark.slow
+def test_all_checks_runs_both_checks_into_one_folder(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "WORK_DIR": str(tmp_path / "work")}
+    command = ["bash", str(ROOT / "bash_scripts" / "gpu" / "all_checks.sh"), str(out)]
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=2000)
+    assert run.returncode == 0, run.stderr[-3000:]
+    python = json.loads((out / "python" / "results.json").read_text())
+    llamacpp = json.loads((out / "llamacpp" / "results.json").read_text())
+    assert {s["status"] for s in python["stages"]} == {"passed"}
+    assert [s["status"] for s in llamacpp["stages"] if s["name"] == "report"] == ["passed"]
+    assert python["budget_s"] == 380 and 0 < llamacpp["budget_s"] <= 580 - 1  # the call's budget, shared
+    assert (out / "build.txt").read_text() == "dry run: no build\n"
+    # llama.cpp converts and serves the online draft that this call's main job distilled
+    assert "convert_online" in {s["name"] for s in llamacpp["stages"]}
+    assert (tmp_path / "work" / "gpu_checks" / "main_job" / "draft").is_dir()

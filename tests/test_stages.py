@@ -20,7 +20,7 @@ def test_each_stage_is_recorded_and_the_next_runs_whatever_happened(tmp_path: Pa
     stages = [
         Stage("writes", py(f"open({str(made)!r}, 'w').write('{{\"x\": 3}}'); print('wrote')"), 30,
               lambda: ({"x": json.loads(made.read_text())["x"]}, "| x |")),
-        Stage("fails", py("import sys; print('bad'); sys.exit(3)"), 30),
+        Stage("fails", py("import sys; print('bad', sys.executable); sys.exit(3)"), 30),
         Stage("hangs", py("import time; time.sleep(60)"), 1),
         Stage("after_fails", py("pass"), 30, needs=("fails",)),
         Stage("needs_another_check", py("pass"), 30, needs=("not_in_this_check",)),  # a rerun of some stages
@@ -40,7 +40,8 @@ def test_each_stage_is_recorded_and_the_next_runs_whatever_happened(tmp_path: Pa
     ]
     markdown = (tmp_path / "out" / "results.md").read_text()
     assert markdown.startswith("# a check") and "| hangs | timed out |" in markdown and "| x |" in markdown
-    assert "===== fails:" in (tmp_path / "out" / "log.txt").read_text()
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert "===== fails:" in log and "bad python" in log and sys.executable not in log
     assert sys.executable not in markdown and "`python -c" in markdown  # no machine path in what is recorded
 
 
@@ -68,3 +69,13 @@ def test_scrub_makes_repository_paths_relative_only_where_a_path_starts():
     other = f"/tmp/x{REPO_ROOT}_job/draft"  # a path that merely contains the repository's, then more
     text = f"{sys.executable} run.py --model {REPO_ROOT}/osd/m --cwd {REPO_ROOT} --out={REPO_ROOT}/o --draft {other}"
     assert scrub(text) == f"python run.py --model osd/m --cwd . --out=o --draft {other}"
+
+
+def test_scrub_names_site_packages_and_the_output_folder_without_their_machine_paths(tmp_path: Path):
+    from osd.stages import scrub
+
+    warning = "../../opt/torch/.venv/lib/python3.12/site-packages/torch/jit/_script.py:1488: a warning"
+    text = f"{warning}\n--out {tmp_path / 'out'} --work_dir {tmp_path / 'outer'}"
+    assert scrub(text, tmp_path / "out") == (
+        f"<site-packages>/torch/jit/_script.py:1488: a warning\n--out OUT --work_dir {tmp_path / 'outer'}"
+    )
