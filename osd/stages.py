@@ -4,10 +4,11 @@ A lent GPU machine gives a session minutes, not hours, and a check cut short mus
 each stage is a command (a subprocess: a crash, a hang or CUDA running out of memory ends that stage only)
 with its own time limit, clamped to what is left of the whole check's budget. A stage that fails, times out
 or finds no time left is recorded as such and the next one runs; a stage whose `needs` (among the stages of
-this check) did not pass is skipped. After every stage `{out}/results.json` and `{out}/results.md` are rewritten, and every command's
-output is appended to `{out}/log.txt` (its machine paths scrubbed after each stage): three files, whatever happens. A stage that ran to its end (passed,
-or failed: a test run) is `summarize`d: its figures and a Markdown table, read from what it wrote, for both
-files; outputs it should have written and did not fail it.
+this check) did not pass is skipped. After every stage `{out}/results.json` and `{out}/results.md` are
+rewritten, and every command's output is appended to `{out}/log.txt`, its machine paths scrubbed: three
+files, whatever happens. A stage that ran to its end (passed, or failed: a test run) is `summarize`d: its
+figures and a Markdown table, read from what it wrote, for both files; outputs it should have written and
+did not fail it.
 
 `dry_run` stages (a build that needs a GPU, say) are recorded with their command and not run, so that a
 CPU rehearsal of the check shows exactly what the GPU run will do.
