@@ -5,7 +5,8 @@ mean accepted length, measured speedup over target-only decoding (the target alo
 cache, the lean Llama step where it applies, as `osd.spec` verifies; HF `generate` has a row of its own), the Eq. 2
 prediction from the
 measured alpha and c, measured / predicted, and where `osd.spec` spends a step (draft forwards,
-verification, accept/reject, cache bookkeeping, the rest). With --head, an EAGLE-3 head (`osd.spec.eagle3`) serves
+verification, accept/reject, cache bookkeeping, the rest); with --profile, the ops that took most CPU time in one
+fixed-gamma `generate` (torch.profiler; on CUDA with their device time). With --head, an EAGLE-3 head (`osd.spec.eagle3`) serves
 the same prompts at the same gamma in the same run: a row of its own, its c and its Eq. 2 figures.
 
 c is the draft's decode-step time over the target's (single-token forwards with a KV cache);
@@ -29,6 +30,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.alpha import format_alpha
@@ -38,6 +40,7 @@ from osd.demo.target import ensure_if_demo_target
 from osd.models import SERVING_DTYPES
 from osd.paths import TARGET_PATH, repo_relative
 from osd.prompting import encode_prompt
+from osd.results import markdown_table
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.eagle3 import load_head
@@ -48,6 +51,8 @@ from osd.spec.packed_linear import check_packed_dtype, use_packed_linears
 from osd.spec.timing import draft_step_time, machine, mid_answer_context, target_pass_time
 from osd.spec.weight_major import use_weight_major_linears
 from osd.user_errors import run_main
+
+PROFILED_OPS = 15
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,6 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "beside the draft model, in its stored dtype",
     )  # fmt: skip
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the timed runs, profile osd.spec's generate of the first prompt: its top ops")  # fmt: skip
     ap.add_argument("--output", default="outputs/bench_engine.json")
     args = ap.parse_args(argv)
     check_packed_dtype(ap, args)
@@ -110,6 +117,17 @@ def serve(decoders: list[SpeculativeDecoder], prompts, max_new_tokens, eos) -> A
         [decoder.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos)
          for ids, decoder in zip(prompts, decoders, strict=True)]
     )  # fmt: skip
+
+
+def profile_generate(decoder: SpeculativeDecoder, ids: torch.Tensor, max_new_tokens: int, eos) -> list[dict]:
+    """The PROFILED_OPS ops with the most self CPU time in one `generate` of ids [1, T] (torch.profiler): calls,
+    self CPU ms and, on CUDA, self device ms. Where a step's time goes when it runs slower than its parts."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ids.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        decoder.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos)
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:PROFILED_OPS]
+    return [{"op": e.key, "calls": e.count, "self_cpu_ms": e.self_cpu_time_total / 1e3,
+             "self_device_ms": getattr(e, "self_device_time_total", 0.0) / 1e3} for e in events]  # fmt: skip
 
 
 def step_breakdown(stats: AcceptanceStats) -> dict[str, float]:
@@ -214,6 +232,11 @@ def main(argv: list[str] | None = None) -> dict:
     auto_stats = serve([auto[id(d)] for d in prompt_drafts], prompts, args.max_new_tokens, eos)
     fixed = {id(d): SpeculativeDecoder(d, target, gamma=args.gamma) for d in drafts.values()}
     stats = serve([fixed[id(d)] for d in prompt_drafts], prompts, args.max_new_tokens, eos)
+    top_ops = (
+        profile_generate(fixed[id(prompt_drafts[0])], prompts[0], args.max_new_tokens, eos)
+        if args.profile
+        else None
+    )
 
     context = mid_answer_context((p.shape[1] for p in prompts), args.max_new_tokens)
     target_step = target_pass_time(target, context)
@@ -271,6 +294,7 @@ def main(argv: list[str] | None = None) -> dict:
         "head": head,
         "osd_over_hf_assisted": stats.tokens_per_s / (hf_tokens / hf_s),
         "step_breakdown_ms": step_breakdown(stats),
+        "profile_top_ops": top_ops,
     }
     print(
         f"{len(prompts)} prompts, generated tokens {base_tokens}/{hf_tokens}/{stats.num_generated} "
@@ -290,6 +314,9 @@ def main(argv: list[str] | None = None) -> dict:
         "osd.spec per verification step, ms: "
         + ", ".join(f"{k} {v:.2f}" for k, v in result["step_breakdown_ms"].items())
     )
+    if top_ops is not None:
+        print(f"osd.spec's generate of the first prompt, its {PROFILED_OPS} ops with the most self CPU time:")
+        print(markdown_table(top_ops, list(top_ops[0])))
     if head is not None:
         print(
             f"EAGLE-3 head: c = {head['c']:.3f}; Eq. 2 predicted speedup {head['eq2_predicted_speedup']:.2f} "

@@ -95,7 +95,7 @@ def stages(args: argparse.Namespace, work: Path, demo: bool) -> list[Stage]:
 
     def bench(name: str, bench_draft: list[str], needs: tuple[str, ...]) -> Stage:
         command = [PY, "benchmarks/bench_engine.py", *target, *bench_draft, *short, *float32]
-        command += ["--device", device]
+        command += ["--device", device, "--profile"]  # its top ops in the log: where a slow step's time goes
         command += ["--num_prompts", str(args.num_prompts), "--output", str(work / f"{name}.json")]
         return Stage(name, command, 60, lambda: summarize_bench(work / f"{name}.json"), needs)
 

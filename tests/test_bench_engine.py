@@ -32,7 +32,7 @@ def test_each_data_file_is_served_by_its_own_draft(tmp_path):
     single = run(tmp_path, "--draft", str(TINY_DRAFT_PATH))
     per_file = run(tmp_path, "--data_drafts", str(tmp_path / "drafts" / "{domain}"))
     for result in (single, per_file):
-        assert result["num_prompts"] == 4
+        assert result["num_prompts"] == 4 and result["profile_top_ops"] is None  # not asked for: not run
         assert len(set(result["generated_tokens"].values())) == 1  # greedy: as many tokens by every method
     osd_spec = {r["method"]: r for r in per_file["rows"]}["osd.spec"]
     assert osd_spec["alpha"] > {r["method"]: r for r in single["rows"]}["osd.spec"]["alpha"]
@@ -79,3 +79,11 @@ def test_a_head_serves_the_same_prompts_beside_the_draft(tmp_path):
     assert 0 <= head["alpha"] <= 1
     assert entry["path"].endswith("head") and 0 < entry["c"] != result["c"]  # the head's own step, timed
     assert head["speedup"] == pytest.approx(entry["measured_over_eq2"] * entry["eq2_predicted_speedup"])
+
+
+@pytest.mark.slow
+def test_profile_records_the_ops_of_one_generate(tmp_path):
+    ops = run(tmp_path, "--draft", str(TINY_DRAFT_PATH), "--profile")["profile_top_ops"]
+    assert 0 < len(ops) <= 15 and all(op["calls"] > 0 and op["self_cpu_ms"] >= 0 for op in ops)
+    assert any(op["op"].startswith("aten::") for op in ops)  # torch's own ops, not only Python frames
+    assert [op["self_cpu_ms"] for op in ops] == sorted((op["self_cpu_ms"] for op in ops), reverse=True)
