@@ -125,7 +125,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 decoder.policy.measure_costs(draft, target, b)
         # interleaved batch by batch, so that load on a shared machine falls on every method alike
         seconds: dict[str, list[float]] = {name: [] for name in ["HF generate", *decoders]}
-        outs: dict[str, list] = {g: [] for g in decoders}
         calls: dict[str, list[list]] = {g: [] for g in decoders}  # each batch's outputs
         for ids, m in batches:
             seconds["HF generate"].append(
@@ -135,9 +134,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 batch_outs, s = timed(
                     lambda d=decoder, ids=ids, m=m: d.generate_batch(ids, m, max_new_tokens=n), target.device
                 )
-                outs[g] += batch_outs
                 calls[g].append(batch_outs)
                 seconds[g].append(s)
+        outs = {g: [o for batch_outs in calls[g] for o in batch_outs] for g in decoders}  # every row's output
         hf_base = len(prompts) * n / sum(seconds["HF generate"])
         engine_base = sum(o.generated_ids.shape[1] for o in outs["0"]) / sum(seconds["0"])
         alone = "HF generate" if hf_base >= engine_base else "0"  # the fastest target alone
