@@ -6,8 +6,8 @@ the target alone and by speculative decoding with the demo pair. The target alon
 HF's batched `generate` and the engine's plain decoding (gamma 0, always run: the target through the
 engine's cache, the lean step where it applies). Prints tokens/s and the speedup of speculative
 decoding over it at each B, with Eq. 2 charged with the verify cost measured at that B as the engine
-runs it; writes {out}/results.json, table.md and speedup.png. Every method's calls are interleaved
-batch by batch; a query's latency is the call that decoded its batch. While the target's forward is
+runs it; writes {out}/results.json, table.md and speedup.png. `auto` keeps one `GammaPolicy` from batch
+size to batch size, as a server would. Every method's calls are interleaved batch by batch; a query's latency is the call that decoded its batch. While the target's forward is
 bound by reading its weights, a verification of B x (gamma + 1) tokens costs little more than B x 1;
 once B x (gamma + 1) tokens make it compute-bound (on one CPU core, from B = 4 or so for the demo
 target), it costs up to gamma + 1 times as much: Eq. 2 with the measured verify cost says where
@@ -36,7 +36,7 @@ from osd.models import load_demo_pair
 from osd.paths import DRAFT_PATH, TARGET_PATH, WORKLOAD_DIR
 from osd.prompting import encode_prompt
 from osd.results import markdown_table, save_results
-from osd.spec import SpeculativeDecoder
+from osd.spec import GammaPolicy, SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.timing import draft_step_time, step_time, synchronize, target_pass_time
 from osd.spec.weight_major import use_weight_major_linears
@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         torch.tensor([prompts[0]]), **(hf | {"max_new_tokens": 4, "min_new_tokens": 4})
     )  # warm-up
     rows = []
+    # gamma "auto": one policy for the whole run, as a server keeps one: what it learnt of alpha and of how alpha
+    # differs between rows at one batch size carries over to the next
+    policy = GammaPolicy(lean_draft=not args.hf_draft_step, lean_target=not args.hf_target_step)
     for b in args.batch_sizes:
         batches = [pad(prompts[i : i + b], tok.pad_token_id, "left") for i in range(0, len(prompts), b)]
         # timed as the engine runs: with a padding mask when B > 1 (see osd.spec.timing.step_time)
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 draft,
                 target,
                 gamma=g if g == "auto" else int(g),
+                policy=policy if g == "auto" else None,
                 lean_draft=not args.hf_draft_step,
                 lean_target=not args.hf_target_step,
             )

@@ -69,8 +69,6 @@ def batch_step(
     verify_mask = torch.cat([feed_mask, torch.ones_like(draft_tokens)], 1)
     logits = target.forward(verify_in, verify_mask, num_logits=k + 1)[..., :V]  # [B, k + 1, V]
     t2 = time.perf_counter()
-    if policy is not None and feed.shape[1] == 1:  # not a prefill
-        policy.observe_verify(len(rows), k, t2 - t1)
     draft_tokens, limits = draft_tokens.to(logits.device), limits.to(logits.device)
     proposed = torch.arange(k, device=logits.device)[None, :] < limits[:, None]  # [B, k]
     if temperature == 0.0:
@@ -110,7 +108,10 @@ def batch_step(
         n = n.cpu()
         draft.keep(torch.minimum(committed + n, draft.lengths), stay)
         target.keep(committed + n, stay)  # the newest committed token is fed at the next verification
-    times.add(t0, t1, t2, t3, time.perf_counter())
+    t4 = time.perf_counter()
+    times.add(t0, t1, t2, t3, t4)
+    if policy is not None and feed.shape[1] == 1:  # not a prefill
+        policy.observe_step(len(rows), k, t4 - t0)
     return finished
 
 

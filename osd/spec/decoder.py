@@ -21,7 +21,7 @@ import time
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
-from osd.spec.adaptive import GammaPolicy
+from osd.spec.adaptive import GammaPolicy, RowState
 from osd.spec.batch_step import BatchRow, batch_step
 from osd.spec.batched import RowCache
 from osd.spec.cached_model import CachedModel
@@ -146,6 +146,8 @@ class SpeculativeDecoder:
             emitted = self._step(record, draft, target, times, remaining, eos, temperature, top_p, generator)
             if eos.intersection(emitted):
                 break
+        if self.policy is not None:
+            self.policy.observe_row(record.alpha_sum, record.num_proposed)
         return record.to_output(eos, times, time.perf_counter() - start, input_ids.device)
 
     @torch.inference_mode()
@@ -194,10 +196,13 @@ class SpeculativeDecoder:
         while active:
             batch = [rows[i] for i in active]
             # a head drafts from the target's states: none before the prompts' prefill
-            gamma = 0 if self.head_layers and target.width == 0 else self.next_gamma(len(batch))
+            gamma = 0 if self.head_layers and target.width == 0 else self.next_gamma(len(batch), batch)
             finished = batch_step(batch, draft, target, times, eos, gamma, self.vocab_size,
                                   self.policy, temperature, top_p, generator)  # fmt: skip
             active = [i for i, done in zip(active, finished, strict=True) if not done]
+            if self.policy is not None:  # what each finished row showed of the spread of alpha between rows
+                for row in (r for r, done in zip(batch, finished, strict=True) if done):
+                    self.policy.observe_row(row.alpha_sum, row.num_proposed)
         wall = time.perf_counter() - start  # every row's timings are the whole batch's
         return [row.to_output(eos, times, wall, input_ids.device) for row in rows]
 
@@ -266,8 +271,6 @@ class SpeculativeDecoder:
         verify_in = torch.tensor([s.tokens[len(target) :] + draft_list], device=target.device)
         target_logits = target.forward(verify_in, num_logits=k + 1)[:, : self.vocab_size]  # [k + 1, V]
         t2 = time.perf_counter()
-        if self.policy is not None and verify_in.shape[1] == k + 1:  # not the prompt's prefill
-            self.policy.observe_verify(1, k, t2 - t1)
         draft_tokens = draft_tokens.to(target_logits.device)
         if temperature == 0.0:
             target_argmax = greedy(target_logits)  # [k + 1]
@@ -294,12 +297,19 @@ class SpeculativeDecoder:
             committed = target.features[:, : verify_in.shape[1] - k + n]  # [1, u + n, K H]
             draft.add_features(committed)
             s.keep_features(committed[0])
-        times.add(t0, t1, t2, t3, time.perf_counter())
+        t4 = time.perf_counter()
+        times.add(t0, t1, t2, t3, t4)
+        if self.policy is not None and verify_in.shape[1] == k + 1:  # not the prompt's prefill
+            self.policy.observe_step(1, k, t4 - t0)
         return emitted
 
-    def next_gamma(self, batch: int) -> int:
-        """Draft tokens to propose at the next step: gamma, or the policy's choice for `batch` rows."""
-        return self.gamma if self.policy is None else self.policy.choose(self.draft, self.target, batch)
+    def next_gamma(self, batch: int, rows: list[BatchRow] | None = None) -> int:
+        """Draft tokens to propose at the next step: gamma, or the policy's choice for `batch` rows (`rows`:
+        a batch's active rows, whose slowest the policy's choice waits for)."""
+        if self.policy is None:
+            return self.gamma
+        states = [RowState(r.budget - r.num_generated, r.alpha_sum, r.num_proposed) for r in rows or ()]
+        return self.policy.choose(self.draft, self.target, batch, states)
 
     def _propose(
         self,

@@ -7,7 +7,7 @@ import torch
 
 from osd.cost_model import speedup_measured_verify
 from osd.spec import GammaPolicy, SpeculativeDecoder
-from osd.spec.adaptive import StepCosts
+from osd.spec.adaptive import RowState, StepCosts
 from tests.spec.references import hf_greedy, left_padded, random_prompts
 from tests.tiny_models import tiny_model
 
@@ -71,6 +71,61 @@ def test_batched_rows_stay_exact_with_auto_gamma():
     ):
         torch.testing.assert_close(out.generated_ids, hf_greedy(target, prompt, 30), rtol=0, atol=0)
     assert decoder.policy.alpha < 0.5  # it learned from the batch
+
+
+def test_a_batch_waits_for_its_slowest_row():
+    """Two rows that averaged alpha 0.45: Eq. 2 at the pooled alpha says a draft token pays, but the row that
+    accepts nothing sets when the batch is done, and for it none does."""
+    target = tiny_model("llama")
+    rows = [
+        RowState(remaining=40, alpha_sum=0.0, proposed=40),
+        RowState(remaining=40, alpha_sum=36.0, proposed=40),
+    ]
+    assert _policy(alpha=0.45).choose(target, target, 2) >= 1
+    assert _policy(alpha=0.45).choose(target, target, 2, rows) == 0
+    # the good row alone would take the longest block
+    assert _policy(alpha=0.45).choose(target, target, 1, rows[1:]) == len(VERIFY) - 1
+
+
+def test_a_fresh_batch_expects_a_slow_row_as_rows_spread():
+    """Before any proposal every row is the running estimate, and the batch is judged by its expected slowest
+    row: the more rows and the wider the spread between rows, the lower; with no spread, the estimate."""
+    target = tiny_model("llama")
+    fresh = [RowState(remaining=40, alpha_sum=0.0, proposed=0)] * 16
+    assert _policy(alpha=0.3, row_spread=0.0).choose(target, target, 3, fresh) >= 1
+    assert _policy(alpha=0.3, row_spread=0.15).choose(target, target, 3, fresh[:1]) >= 1
+    assert (
+        _policy(alpha=0.3, row_spread=0.15).choose(target, target, 3, fresh) == 0
+    )  # 0.3 - 1.77 * 0.15 < 0.05
+
+
+def test_the_spread_between_rows_is_learnt_less_binomial_noise():
+    """Rows with alphas 0.1 and 0.7 in turn (the estimate 0.4): a spread of 0.3; rows of one alpha: about none."""
+    policy = GammaPolicy(alpha=0.4, window=10**9)
+    for alpha in [0.1, 0.7] * 200:
+        policy.observe_row(alpha * 50, 50)
+    assert policy.spread == pytest.approx(0.3, abs=0.02)
+    even = GammaPolicy(alpha=0.4, window=10**9)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(400):  # each row's 50 proposals accepted with probability 0.4
+        even.observe_row(float(torch.bernoulli(torch.full((50,), 0.4), generator=gen).sum()), 50)
+    assert even.spread < 0.05
+    even.observe_row(0.0, 3)  # too few proposals to count
+    assert even._spread_rows == pytest.approx(policy._spread_rows)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 0.5, 0.8, 1.0])
+def test_one_row_is_ranked_by_its_posterior_alpha(alpha):
+    """A row's posterior alpha (normal prior at the estimate with the spread between rows, its proposals with
+    binomial noise) ranks k as Eq. 2 does at that alpha; a row with one token left gains nothing from proposals."""
+    target = tiny_model("llama")
+    policy = _policy(alpha=0.5, row_spread=0.2)
+    row = RowState(remaining=100, alpha_sum=alpha * 25, proposed=25)
+    prior, noise = 0.2**2, 0.25 / 25
+    assert policy.row_alpha(row) == pytest.approx(0.5 + prior / (prior + noise) * (alpha - 0.5))
+    expected = _policy(alpha=policy.row_alpha(row)).choose(target, target)
+    assert policy.choose(target, target, 1, [row]) == expected
+    assert policy.choose(target, target, 1, [row._replace(remaining=1)]) == 0
 
 
 def test_measured_costs_cover_every_gamma(monkeypatch):
@@ -147,32 +202,33 @@ def test_shrinking_batch_reuses_the_measured_costs():
     assert sorted(policy.costs) == [4, 6]
 
 
-def test_observed_verifications_override_a_wrong_measurement():
+def test_observed_steps_override_a_wrong_measurement():
     """A measurement that made one draft token look cheap is corrected by the engine's own timings."""
     target = tiny_model("llama")
     policy = GammaPolicy(max_gamma=2, alpha=0.2)
     policy.set_costs(1, 0.1, [1.0, 1.0, 1.1])  # measured: a 2-token pass as cheap as a 1-token one
     assert policy.choose(target, target) == 1
     for _ in range(40):
-        policy.observe_verify(1, 1, 1.4)  # but the engine's 2-token passes take 1.4 s
-        policy.observe_verify(1, 0, 1.0)
-    assert policy.costs[1].verify(1) == pytest.approx(1.4, rel=1e-2)
-    assert policy.choose(target, target) == 0  # 1.2 tokens / 1.5 s < 1 token / 1 s
+        policy.observe_step(1, 1, 1.3)  # but the engine's steps proposing one token take 1.3 s
+        policy.observe_step(1, 0, 1.0)
+    assert policy.costs[1].step_seconds(1) == pytest.approx(1.3, rel=1e-2)
+    assert policy.choose(target, target) == 0  # 1.2 tokens / 1.3 s < 1 token / 1 s
 
 
 def test_unobserved_gammas_scale_with_the_observed_ones():
     policy = GammaPolicy(max_gamma=3)
     policy.set_costs(1, 0.1, [1.0, 1.1, 1.2, 1.3])
     costs = policy.costs[1]
-    policy.observe_verify(1, 0, 2.0)  # one timing moves the estimate timing_weight of the way
-    assert costs.verify(0) == pytest.approx(1.0 + policy.timing_weight * 1.0)
+    policy.observe_step(1, 0, 2.0)  # one timing moves the estimate timing_weight of the way
+    assert costs.step_seconds(0) == pytest.approx(1.0 + policy.timing_weight * 1.0)
     for _ in range(100):
-        policy.observe_verify(1, 0, 2.0)  # the machine is twice as slow as measured
-    assert [costs.verify(k) for k in range(4)] == pytest.approx([2.0, 2.2, 2.4, 2.6])
-    assert costs.tokens_per_second(0.5, 1) == pytest.approx(1.5 / (0.2 + 2.2))  # the draft step too
+        policy.observe_step(1, 0, 2.0)  # the machine is twice as slow as measured
+    # k draft steps and a verification over k + 1 tokens, doubled
+    assert [costs.step_seconds(k) for k in range(4)] == pytest.approx([2.0, 2.4, 2.8, 3.2])
+    assert costs.tokens_per_second(0.5, 1) == pytest.approx(1.5 / 2.4)
 
 
-def test_the_engine_reports_its_verifications_per_batch_size():
+def test_the_engine_reports_its_steps_per_batch_size():
     target = tiny_model("llama", layers=3)
     draft = tiny_model("llama", layers=1, seed=7)
     policy = _policy(alpha=0.9, timing_weight=0.5)  # batch sizes 1..3 measured
@@ -205,10 +261,11 @@ def test_stale_timings_give_way_to_the_scaled_measurement():
     costs = StepCosts(0.1, [1.0, 1.1, 1.2], fresh_steps=8)
     for _ in range(50):
         costs.observe(1, 5.0, 0.125)  # timings taken while the machine was busy
-    assert costs.verify(1) == pytest.approx(5.0, rel=1e-2)
+    assert costs.step_seconds(1) == pytest.approx(5.0, rel=1e-2)
     for _ in range(50):
-        costs.observe(2, 2.4, 0.125)  # since then only k = 2 ran, at twice the measured cost
-    assert costs.verify(1) == pytest.approx(2.2, rel=1e-2) and costs.verify(0) == pytest.approx(2.0, rel=1e-2)
+        costs.observe(2, 2.8, 0.125)  # since then only k = 2 ran, at twice the measured cost (0.2 + 1.2 s)
+    assert costs.step_seconds(1) == pytest.approx(2.4, rel=1e-2)
+    assert costs.step_seconds(0) == pytest.approx(2.0, rel=1e-2)
 
 
 def test_probes_of_the_runner_up_back_off_while_the_best_holds():
