@@ -26,22 +26,22 @@ Costs are noisy on a shared machine, and a wrong one kept the policy on a losing
   batch), the alpha estimate still gets news. The first probe comes after `probe_every` steps; the
   interval doubles after every probe that finds the best k unchanged since the previous one (up
   to `max_probe_every`) and goes back to `probe_every` when the best k changes: a probe that keeps
-  losing is paid ever more rarely (at B = 16 here a probe of k = 1 costs 1.6 plain steps for 1.2
-  tokens).
+  losing (a large batch) is paid ever more rarely.
 
 A batch (`generate_batch`) runs until its last row is done, and its rows' acceptance differs widely (a code
 prompt beside a sql one): tokens per step averaged over the rows overstate how fast the batch finishes. So
 `choose` may take each active row's state (`RowState`), and then ranks k by the seconds until the batch's
 slowest row is done, max_i remaining_i / E[tokens](a_i, k_i) steps at the batch's step cost, k_i =
 min(k, remaining_i - 1). a_i is a pessimistic guess of row i's alpha: its posterior mean less z_B posterior
-deviations, z_B the expected largest of B standard normals (0 for one row, 1.42 for 8, 1.77 for 16). The
+deviations, z_B the expected largest of B standard normals (0 for one row, about 1.4 for 8, 1.8 for 16). The
 posterior is normal: the prior is the running estimate with the spread of alpha between rows (learnt from
 finished rows, `observe_row`: their observed variance less binomial noise; `row_spread` before any), the
 data the row's own proposals. So a fresh batch of 16 expects one row far below the mean, and as rows
 propose, the slowest is known by name. For one row the ranking is the one above.
 
-One policy may serve many `generate` calls (online serving keeps one): its estimate and costs carry
-over from query to query; a row's own alpha lives as long as its call.
+One policy may serve many `generate` and `generate_batch` calls (online serving keeps one): its estimate, the
+spread and the costs carry over from call to call; a row's own alpha lives as long as its call. A fresh policy
+knows only `alpha` and `row_spread`, so its first batch may settle on plain decoding where a draft would pay.
 """
 
 from __future__ import annotations
@@ -154,6 +154,10 @@ class GammaPolicy:
         if self.max_gamma < 1 or self.window < 1:
             raise ValueError(
                 f"GammaPolicy needs max_gamma >= 1 and window >= 1, got {self.max_gamma}, {self.window}"
+            )
+        if self.row_spread < 0 or self.row_window < 1:
+            raise ValueError(
+                f"GammaPolicy needs row_spread >= 0 and row_window >= 1, got {self.row_spread}, {self.row_window}"
             )
         if not 0.0 <= self.timing_weight <= 1.0:
             raise ValueError(f"timing_weight must lie in [0, 1], got {self.timing_weight}")

@@ -283,3 +283,18 @@ def test_probes_of_the_runner_up_back_off_while_the_best_holds():
     best = max(range(len(VERIFY)), key=lambda k: costs.tokens_per_second(0.9, k))
     choices = [policy.choose(target, target) for _ in range(28)]
     assert best != ranked[0] and [i + 1 for i, k in enumerate(choices) if k != best] == [12, 16, 24]
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"max_gamma": 0}, "max_gamma"),
+        ({"row_spread": -0.1}, "row_spread"),
+        ({"row_window": 0}, "row_window"),
+        ({"timing_weight": 1.5}, "timing_weight"),
+        ({"alpha": 1.2}, "alpha"),
+    ],
+)
+def test_bad_settings_name_themselves(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        GammaPolicy(**kwargs)
