@@ -7,8 +7,9 @@ HF's batched `generate` and the engine's plain decoding (gamma 0, always run: th
 engine's cache, the lean step where it applies). Prints tokens/s and the speedup of speculative
 decoding over it at each B, with Eq. 2 charged with the verify cost measured at that B as the engine
 runs it; writes {out}/results.json, table.md and speedup.png. `auto` keeps one `GammaPolicy` from batch
-size to batch size, as a server would. Every method's calls are interleaved batch by batch; a query's latency is the call that decoded its batch. While the target's forward is
-bound by reading its weights, a verification of B x (gamma + 1) tokens costs little more than B x 1;
+size to batch size, as a server would. Every method's calls are interleaved batch by batch; a query's
+latency is the call that decoded its batch. While the target's forward is bound by reading its weights,
+a verification of B x (gamma + 1) tokens costs little more than B x 1;
 once B x (gamma + 1) tokens make it compute-bound (on one CPU core, from B = 4 or so for the demo
 target), it costs up to gamma + 1 times as much: Eq. 2 with the measured verify cost says where
 batching ends the speedup.

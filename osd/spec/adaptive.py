@@ -265,7 +265,8 @@ class GammaPolicy:
         return self.costs[larger[0]] if larger else None
 
     def observe_step(self, batch: int, k: int, seconds: float) -> None:
-        """Learn from a step the engine ran: `seconds` for k proposals per row over `batch` rows. A batch size without costs of its own starts from a copy of its stand-in's."""
+        """Learn from a step the engine ran: `seconds` for k proposals per row over `batch` rows. A batch size
+        without costs of its own starts from a copy of its stand-in's."""
         if batch not in self.costs:
             stand_in = self._costs_for(batch)
             if stand_in is None:
