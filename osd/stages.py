@@ -84,7 +84,7 @@ def run_stages(
     present = {stage.name for stage in stages}
     for stage in stages:
         passed = {r.name for r in results if r.status == PASSED}
-        result = StageResult(stage.name, scrub(shlex.join(stage.command)), SKIPPED)
+        result = StageResult(stage.name, scrub(shlex.join(stage.command), out), SKIPPED)
         if stage.dry_run:
             result.status = NOT_RUN
         elif missing := [n for n in stage.needs if n in present and n not in passed]:
@@ -94,13 +94,13 @@ def run_stages(
         else:
             run_one(stage, min(stage.timeout_s * time_scale, left), log, result)
         results.append(result)
-        log.write_text(scrub(log.read_text(errors="replace"), out))
         write_results(out, title, header, results)
     return results
 
 
 def run_one(stage: Stage, timeout_s: float, log: Path, result: StageResult) -> None:
-    """Run `stage` (its whole process group killed at `timeout_s`), then summarize it if it passed."""
+    """Run `stage` (its whole process group killed at `timeout_s`), scrub what it wrote to `log`, then summarize it
+    if it ran to its end."""
     with log.open("a") as f:
         f.write(f"\n===== {stage.name}: {result.command}\n")
         f.flush()
@@ -118,9 +118,13 @@ def run_one(stage: Stage, timeout_s: float, log: Path, result: StageResult) -> N
             proc.wait()
             result.status, result.note = TIMED_OUT, f"stopped after {timeout_s:.0f} s"
         result.seconds = time.monotonic() - began
-    with log.open("rb") as f:
+    with log.open("rb+") as f:  # the stage's output, its machine paths scrubbed in place
         f.seek(start)
-        result.log_tail = scrub(f.read().decode(errors="replace")[-LOG_TAIL:])
+        output = scrub(f.read().decode(errors="replace"), log.parent)
+        f.seek(start)
+        f.truncate()
+        f.write(output.encode())
+    result.log_tail = output[-LOG_TAIL:]
     if result.status in (PASSED, FAILED) and stage.summarize is not None:  # a failed test run has figures too
         try:
             result.figures, result.table = stage.summarize()

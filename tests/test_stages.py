@@ -79,3 +79,12 @@ def test_scrub_names_site_packages_and_the_output_folder_without_their_machine_p
     assert scrub(text, tmp_path / "out") == (
         f"<site-packages>/torch/jit/_script.py:1488: a warning\n--out OUT --work_dir {tmp_path / 'outer'}"
     )
+
+
+def test_the_log_names_the_output_folder_as_out(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    stages = [Stage(name, py(f"print('wrote', {str(out / name)!r})"), 30) for name in ("first", "second")]
+    results = run_stages(stages, out, "a check", 100, {})
+    log = (out / "log.txt").read_text()
+    assert str(out) not in log and "wrote OUT/first" in log and "wrote OUT/second" in log
+    assert results[1].log_tail.strip() == "wrote OUT/second"
