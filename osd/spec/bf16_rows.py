@@ -98,6 +98,14 @@ def bf16_rows_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return y.to(torch.bfloat16)
 
 
+def bf16_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., in] bf16 @ weight.T (+ bias) -> [..., out] bf16, by the kernel."""
+    y = bf16_rows_product(x.reshape(-1, weight.shape[1]), weight)  # [N, out]
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
 class BF16RowsLinear(nn.Linear):
     """`nn.Linear` whose bf16 CPU forward without gradients runs the kernel."""
 
@@ -105,10 +113,7 @@ class BF16RowsLinear(nn.Linear):
         w = self.weight
         if not bf16_cpu_inference(x, w) or not w.is_contiguous():
             return super().forward(x)
-        y = bf16_rows_product(x.reshape(-1, self.in_features), w)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return bf16_rows_linear(x, w, self.bias)
 
 
 def use_bf16_rows_linears(model: nn.Module) -> int:

@@ -13,7 +13,7 @@ What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
 - grouped-query keys and values read in place by the attention kernel, not repeated per query head;
 - the RoPE frequencies of the model's own rotary embedding;
 - each product in the layout of the model's own linear layers (`product_kind`: oneDNN-packed, the bf16 rows
-  kernel, weight-major or plain), so that a target served in a layout keeps it; a draft's plain bf16 layers
+  kernel, both of these (packed passes, one-token steps by the kernel), weight-major or plain), so that a target served in a layout keeps it; a draft's plain bf16 layers
   are packed where oneDNN has bf16 kernels (`osd.spec.packed_linear`: the same products, without the per-call
   reorder);
 - the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere;
@@ -45,6 +45,13 @@ from osd.spec.bf16_rows import BF16RowsLinear, bf16_rows_product, kernel_availab
 from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import SubVocabHead, full_vocab_logits
 from osd.spec.packed_linear import PackedLinear, pack_weight, packed_product, packing_available
+from osd.spec.packed_rows import (
+    PackedRows,
+    PackedRowsLinear,
+    packed_rows_available,
+    packed_rows_product,
+    prepare_packed_rows,
+)
 from osd.spec.weight_major import WeightMajorLinear, weight_major_product
 
 INITIAL_CAPACITY = 256  # cached positions allocated at first; doubled when a sequence outgrows them
@@ -91,8 +98,14 @@ def target_cache(
     return CachedModel(model, encoder_input_ids, hidden_layers)
 
 
-PRODUCTS = {"packed": packed_product, "bf16_rows": bf16_rows_product, "weight_major": weight_major_product}
+PRODUCTS = {
+    "packed": packed_product,
+    "bf16_rows": bf16_rows_product,
+    "packed_rows": packed_rows_product,
+    "weight_major": weight_major_product,
+}
 """The lean step's products other than `F.linear` ("plain"): x [N, in], a prepared weight -> [N, out]."""
+Prepared = torch.Tensor | PackedRows  # a weight as its product reads it: plain, packed, or both
 
 
 def product_kind(model: LlamaForCausalLM, pack_plain: bool) -> str:
@@ -111,6 +124,8 @@ def product_kind(model: LlamaForCausalLM, pack_plain: bool) -> str:
         return "packed"
     if cpu and bf16 and layer is BF16RowsLinear and kernel_available():
         return "bf16_rows"
+    if cpu and bf16 and layer is PackedRowsLinear and packed_rows_available():
+        return "packed_rows"
     if cpu and weight.dtype == torch.float32 and layer is WeightMajorLinear:
         return "weight_major"
     return "plain"
@@ -119,11 +134,11 @@ def product_kind(model: LlamaForCausalLM, pack_plain: bool) -> str:
 @dataclass
 class _Layer:
     input_norm: torch.Tensor  # [H]
-    qkv: torch.Tensor  # [(heads + 2 kv heads) * D, H], or its packed form
-    o: torch.Tensor  # [H, heads * D]
+    qkv: Prepared  # [(heads + 2 kv heads) * D, H], prepared for the product (`product_kind`)
+    o: Prepared  # [H, heads * D]
     post_norm: torch.Tensor  # [H]
-    gate_up: torch.Tensor  # [2 I, H]
-    down: torch.Tensor  # [H, I]
+    gate_up: Prepared  # [2 I, H]
+    down: Prepared  # [H, I]
 
 
 @dataclass
@@ -133,7 +148,7 @@ class _Weights:
     embed: torch.Tensor  # [V, H]
     layers: list[_Layer]
     norm: torch.Tensor  # [H]
-    head: torch.Tensor  # [V' or V, H]
+    head: Prepared  # [V' or V, H]
     head_ids: torch.Tensor | None  # [V'] of a sub-vocabulary head
     vocab_size: int  # V
     inv_freq: torch.Tensor  # [D / 2] float32
@@ -169,8 +184,10 @@ def _derived_weights(model: LlamaForCausalLM, pack_plain: bool) -> _Weights:
     head = model.get_output_embeddings()
     embed = model.get_input_embeddings().weight
 
-    def product(weight: torch.Tensor) -> torch.Tensor:
-        return pack_weight(weight) if kind == "packed" else weight.contiguous()
+    def product(weight: torch.Tensor) -> Prepared:
+        if kind == "packed":
+            return pack_weight(weight)
+        return prepare_packed_rows(weight) if kind == "packed_rows" else weight.contiguous()
 
     with torch.no_grad():
         layers = [
@@ -275,7 +292,7 @@ class LeanLlama:
             return logits
         return full_vocab_logits(logits, self.w.head_ids, self.w.vocab_size)
 
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def _linear(self, x: torch.Tensor, weight: Prepared) -> torch.Tensor:
         """x [..., in] @ weight.T -> [..., out]."""
         if self.w.product == "plain":
             return F.linear(x, weight)

@@ -1,8 +1,9 @@
 """Choose how to serve a target on this machine by measuring it: its dtype, its linear layers' layout, gamma.
 
 Which configuration decodes fastest depends on the CPU: with bf16 instructions (AVX512-BF16, AMX) a bf16
-target with oneDNN-packed weights (`osd.spec.packed_linear`) verifies a few tokens for about one step;
-without them torch's bf16 GEMM converts the weights once per row, and either the bf16-rows kernel
+target with oneDNN-packed weights (`osd.spec.packed_linear`) verifies a few tokens for about one step
+(where the bf16-rows kernel steps one token faster still, as on an AMD EPYC without AMX, both:
+`osd.spec.packed_rows`); without them torch's bf16 GEMM converts the weights once per row, and either the bf16-rows kernel
 (`osd.spec.bf16_rows`) or a float32 target with weight-major products (`osd.spec.weight_major`, twice the
 bytes per step) does better. `measure` times every candidate's prefill of a prompt, its one-token step and
 its passes over 2 to gamma + 1 tokens, and the draft's step between target passes (where its weights have
@@ -30,6 +31,7 @@ from transformers import PreTrainedModel
 from osd.cost_model import PassLine, query_time
 from osd.spec.bf16_rows import kernel_available, use_bf16_rows_linears
 from osd.spec.packed_linear import packing_available, use_packed_linears
+from osd.spec.packed_rows import packed_rows_available, use_packed_rows_linears
 from osd.spec.timing import chain_step_time, pass_times
 from osd.spec.weight_major import use_weight_major_linears
 
@@ -44,6 +46,7 @@ LAYOUTS = {
     "plain": Layout("bfloat16", None, lambda: True),
     "packed": Layout("bfloat16", use_packed_linears, packing_available),
     "bf16_rows": Layout("bfloat16", use_bf16_rows_linears, kernel_available),
+    "packed_rows": Layout("bfloat16", use_packed_rows_linears, packed_rows_available),
     "weight_major": Layout("float32", use_weight_major_linears, lambda: True),
 }
 DTYPES = ("bfloat16", "float32")

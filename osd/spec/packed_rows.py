@@ -1,0 +1,64 @@
+"""bf16 linear layers that step one token by the rows kernel and run longer passes on oneDNN-packed weights.
+
+On some CPUs with bf16 instructions (an AMD EPYC with AVX512-BF16 and no AMX) the bf16-rows kernel
+(`osd.spec.bf16_rows`) steps one token faster than oneDNN's packed GEMM, whose passes over a few tokens or a
+prompt cost about what its step costs, where the kernel's grow with every row. A target decoding alone is then
+fastest with both: its prompt on the packed weights, its steps by the kernel. `PackedRowsLinear` is a
+`PackedLinear` (the same weight, its packed copy made on first use) whose bf16 forward over a single row runs
+the kernel; the lean step holds both forms of each product (`PackedRows`). Opt-in
+(`use_packed_rows_linears`); `osd.spec.serving_choice` measures when it pays.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from osd.spec.bf16_rows import bf16_rows_linear, bf16_rows_product, kernel_available
+from osd.spec.packed_linear import PackedLinear, pack_weight, packed_product, packing_available
+from osd.spec.weight_major import bf16_cpu_inference, retype_plain_linears
+
+
+def packed_rows_available() -> bool:
+    """Whether both halves run here: oneDNN's bf16 packing and the kernel (numba)."""
+    return packing_available() and kernel_available()
+
+
+class PackedRows(NamedTuple):
+    """A weight prepared for the lean step: as it is, for the kernel, and packed."""
+
+    rows: torch.Tensor  # [out, in] bf16, contiguous
+    packed: torch.Tensor  # the same, in oneDNN's blocked layout
+
+
+def prepare_packed_rows(weight: torch.Tensor) -> PackedRows:
+    return PackedRows(weight.contiguous(), pack_weight(weight))
+
+
+def packed_rows_product(x: torch.Tensor, weight: PackedRows) -> torch.Tensor:
+    """x [N, in] @ weight.T -> [N, out]: by the kernel for one row, on the packed weight for more."""
+    if x.shape[0] == 1:
+        return bf16_rows_product(x, weight.rows)
+    return packed_product(x, weight.packed)
+
+
+class PackedRowsLinear(PackedLinear):
+    """`PackedLinear` whose bf16 CPU forward without gradients over a single row runs the rows kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
+        w = self.weight
+        if x.numel() == self.in_features and bf16_cpu_inference(x, w) and w.is_contiguous():
+            return bf16_rows_linear(x, w, self.bias)
+        return super().forward(x)
+
+
+def use_packed_rows_linears(model: nn.Module) -> int:
+    """Make every plain `nn.Linear` of a CPU `model` a `PackedRowsLinear` (in place; weights and state dict
+    unchanged); return how many changed. A model on another device, or where `packed_rows_available()` is False,
+    is left as it is (0)."""
+    first = next(model.parameters(), None)
+    if first is None or first.device.type != "cpu" or not packed_rows_available():
+        return 0
+    return retype_plain_linears(model, PackedRowsLinear)

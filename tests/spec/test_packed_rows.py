@@ -1,0 +1,118 @@
+"""Packed weights for passes, the rows kernel for one-token steps: each row count takes exactly one of the two
+products, the layer and the lean step alike, and the engine's greedy output is unchanged."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from osd.spec.bf16_rows import bf16_rows_product
+from osd.spec.decoder import SpeculativeDecoder
+from osd.spec.lean_llama import target_cache
+from osd.spec.packed_linear import pack_weight, packed_product
+from osd.spec.packed_rows import (
+    PackedRowsLinear,
+    packed_rows_available,
+    packed_rows_product,
+    prepare_packed_rows,
+    use_packed_rows_linears,
+)
+from osd.spec.serving_choice import available_layouts, serving_copy
+from tests.spec.references import (
+    NOISE,
+    assert_diverges_only_at_bf16_tie,
+    assert_same_linear_gradients,
+    hf_greedy,
+    random_prompt,
+)
+from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
+
+pytestmark = pytest.mark.skipif(
+    not packed_rows_available(), reason="needs oneDNN's bf16 packing and numba (the rows kernel)"
+)
+
+
+def packed_rows_copy(linear: nn.Linear) -> nn.Linear:
+    other = copy.deepcopy(linear)
+    other.__class__ = PackedRowsLinear
+    return other
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+@torch.no_grad()
+def test_one_row_takes_the_kernel_and_more_rows_the_packed_weight(rows):
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 96, dtype=torch.bfloat16)
+    w = torch.randn(70, 96, dtype=torch.bfloat16)
+    y = packed_rows_product(x, prepare_packed_rows(w))
+    expected = bf16_rows_product(x, w) if rows == 1 else packed_product(x, pack_weight(w))
+    assert torch.equal(y, expected)
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (1, 1, 16), (2, 3, 16), (4, 16)])
+@pytest.mark.parametrize("bias", [True, False])
+@torch.no_grad()
+def test_forward_is_the_kernels_for_one_row_and_the_packed_layers_for_more(shape, bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 48, bias=bias).to(torch.bfloat16)
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    layer = packed_rows_copy(linear)
+    y = layer(x)
+    one_row = x.numel() == 16
+    assert (layer._packed is None) == one_row  # the packed copy is made by the first pass over more rows
+    flat = x.reshape(-1, 16)
+    if one_row:  # the kernel's product, then the bias
+        expected = bf16_rows_product(flat, linear.weight) + (linear.bias if bias else 0)
+    else:  # oneDNN adds the bias within the product
+        expected = packed_product(flat, pack_weight(linear.weight), linear.bias)
+    assert y.shape == (*shape[:-1], 48) and torch.equal(y, expected.reshape(y.shape))
+    torch.testing.assert_close(y, linear(x), rtol=2**-7, atol=1e-2)
+
+
+def test_training_takes_nn_linears_path():
+    torch.manual_seed(0)
+    linear = nn.Linear(8, 5)
+    assert_same_linear_gradients(linear, packed_rows_copy(linear), rtol=0, atol=0)
+    bf16 = packed_rows_copy(linear.to(torch.bfloat16))
+    bf16(torch.randn(1, 8, dtype=torch.bfloat16, requires_grad=True)).sum().backward()
+    assert bf16._packed is None and bf16.weight.grad is not None
+
+
+def test_every_plain_linear_changes_once_and_the_choice_offers_the_layout():
+    model = tiny_model("llama")
+    plain = sum(type(m) is nn.Linear for m in model.modules())
+    keys = set(model.state_dict())
+    served = serving_copy(model, "packed_rows")
+    assert "packed_rows" in available_layouts()
+    assert sum(type(m) is PackedRowsLinear for m in served.modules()) == plain > 0
+    assert set(served.state_dict()) == keys and use_packed_rows_linears(served) == 0
+    assert all(type(m) is not PackedRowsLinear for m in model.modules())  # the caller's model is untouched
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_engine_greedy_output_is_unchanged(family):
+    """A bf16 target and draft in this layout: the engine's greedy output equals its output with untouched copies
+    (each product adds in another order than torch's GEMM, which can break a near-tie otherwise on tiny random
+    models; none does on these prompts); for llama, the lean step holds both forms of each weight, and the output
+    is HF `generate`'s of the same target up to a bf16 tie."""
+    target = tiny_model(family, layers=3).to(torch.bfloat16)
+    draft = draft_from_target(target, NOISE[family]).to(torch.bfloat16)
+    plain = SpeculativeDecoder(copy.deepcopy(draft), copy.deepcopy(target), gamma=3)
+    if not (use_packed_rows_linears(target) and use_packed_rows_linears(draft)):
+        pytest.skip(f"{family} has no plain nn.Linear")
+    decoder = SpeculativeDecoder(draft, target, gamma=3)
+    alphas = []
+    for seed in range(3):
+        prompt = random_prompt(seed=seed)
+        out = decoder.generate(prompt, max_new_tokens=40, return_target_logits=True)
+        expected = plain.generate(prompt, max_new_tokens=40).generated_ids
+        torch.testing.assert_close(out.generated_ids, expected, rtol=0, atol=0)
+        if family == "llama":
+            assert_diverges_only_at_bf16_tie(out, hf_greedy(target, prompt, 40)[0].tolist(), (seed,))
+        alphas.append(out.alpha)
+    if family == "llama":
+        assert target_cache(target).lean.w.product == "packed_rows"
+    assert max(alphas) > 0.0 and min(alphas) < 1.0, alphas  # both the accept and the reject path ran
