@@ -1,12 +1,17 @@
 """Inputs and independent references the engine tests share: random prompts, HF's own greedy
-decoding, exact second-token marginals, bf16 resolution."""
+decoding, exact second-token marginals, bf16 resolution, a layout's check against untouched models."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+
+import pytest
 import torch
 
 from osd.distill.data import pad
-from tests.tiny_models import VOCAB
+from osd.spec.decoder import SpeculativeDecoder
+from tests.tiny_models import VOCAB, draft_from_target, tiny_model
 
 # noise levels that make each family's draft agree with its target sometimes, not always
 NOISE = {"llama": 0.1, "mistral": 0.1, "gpt2": 0.3, "opt": 0.3, "gpt_bigcode": 0.3, "t5": 0.05}
@@ -91,3 +96,34 @@ def assert_same_linear_gradients(linear: torch.nn.Linear, other: torch.nn.Linear
     torch.testing.assert_close(x2.grad, x.grad, **tolerance)
     torch.testing.assert_close(other.weight.grad, linear.weight.grad, **tolerance)
     torch.testing.assert_close(other.bias.grad, linear.bias.grad, **tolerance)
+
+
+def assert_layout_keeps_greedy_output(
+    family: str, retype: Callable[[torch.nn.Module], int], hf_within_bf16_tie: bool
+) -> torch.nn.Module:
+    """A bf16 tiny target and draft of `family`, their linear layers retyped in place by `retype` (a layout's
+    `use_*_linears`): the engine's greedy output on three prompts equals its output with untouched copies, token for
+    token (a layout adds in another order than torch's GEMM, which can break a near-tie on tiny random models; none
+    does on these prompts), with both the accept and the reject path run. For llama, the demo's family, it is HF
+    `generate`'s too: of the retyped target up to a bf16 tie where `hf_within_bf16_tie`, else of the untouched one
+    exactly. Skips a family without plain nn.Linear layers; returns the retyped target."""
+    target = tiny_model(family, layers=3).to(torch.bfloat16)
+    draft = draft_from_target(target, NOISE[family]).to(torch.bfloat16)
+    plain = SpeculativeDecoder(copy.deepcopy(draft), copy.deepcopy(target), gamma=3)
+    if not (retype(target) and retype(draft)):
+        pytest.skip(f"{family} has no plain nn.Linear")
+    decoder = SpeculativeDecoder(draft, target, gamma=3)
+    alphas = []
+    for seed in range(3):
+        prompt = random_prompt(seed=seed)
+        out = decoder.generate(prompt, max_new_tokens=40, return_target_logits=True)
+        torch.testing.assert_close(
+            out.generated_ids, plain.generate(prompt, max_new_tokens=40).generated_ids, rtol=0, atol=0
+        )
+        if family == "llama" and hf_within_bf16_tie:
+            assert_diverges_only_at_bf16_tie(out, hf_greedy(target, prompt, 40)[0].tolist(), (seed,))
+        elif family == "llama":
+            torch.testing.assert_close(out.generated_ids, hf_greedy(plain.target, prompt, 40), rtol=0, atol=0)
+        alphas.append(out.alpha)
+    assert max(alphas) > 0.0 and min(alphas) < 1.0, alphas
+    return target
