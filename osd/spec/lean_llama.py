@@ -13,9 +13,9 @@ What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
 - grouped-query keys and values read in place by the attention kernel, not repeated per query head;
 - the RoPE frequencies of the model's own rotary embedding;
 - each product in the layout of the model's own linear layers (`product_kind`: oneDNN-packed, the bf16 rows
-  kernel, both of these (packed passes, one-token steps by the kernel), weight-major or plain), so that a target served in a layout keeps it; a draft's plain bf16 layers
-  are packed where oneDNN has bf16 kernels (`osd.spec.packed_linear`: the same products, without the per-call
-  reorder);
+  kernel, both of these (packed passes, one-token steps by the kernel), weight-major or plain), so that a target
+  served in a layout keeps it; a draft's plain bf16 layers are packed where oneDNN has bf16 kernels
+  (`osd.spec.packed_linear`: the same products, without the per-call reorder);
 - the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere;
 - the input states of chosen layers kept at each forward where an EAGLE-3 head reads them (`hidden_layers`).
 `LeanLlama` is that forward over B rows with position ids and a slot mask; `LeanLlamaCache` runs it for one

@@ -34,6 +34,7 @@ class PackedRows(NamedTuple):
 
 
 def prepare_packed_rows(weight: torch.Tensor) -> PackedRows:
+    """A bf16 CPU weight [out, in] in both forms."""
     return PackedRows(weight.contiguous(), pack_weight(weight))
 
 

@@ -1,14 +1,15 @@
 """Choose how to serve a target on this machine by measuring it: its dtype, its linear layers' layout, gamma.
 
 Which configuration decodes fastest depends on the CPU: with bf16 instructions (AVX512-BF16, AMX) a bf16
-target with oneDNN-packed weights (`osd.spec.packed_linear`) verifies a few tokens for about one step
-(where the bf16-rows kernel steps one token faster still, as on an AMD EPYC without AMX, both:
-`osd.spec.packed_rows`); without them torch's bf16 GEMM converts the weights once per row, and either the bf16-rows kernel
-(`osd.spec.bf16_rows`) or a float32 target with weight-major products (`osd.spec.weight_major`, twice the
-bytes per step) does better. `measure` times every candidate's prefill of a prompt, its one-token step and
-its passes over 2 to gamma + 1 tokens, and the draft's step between target passes (where its weights have
-been evicted from the CPU's caches, as in the engine), on the models themselves. A query of N new
-tokens then costs, by Eq. 2's reasoning with every pass charged its measured time,
+target with oneDNN-packed weights (`osd.spec.packed_linear`) verifies a few tokens for about one step (where
+the bf16-rows kernel steps one token faster still, as on an AMD EPYC without AMX, both:
+`osd.spec.packed_rows`); without them torch's bf16 GEMM converts the weights once per row, and either the
+bf16-rows kernel (`osd.spec.bf16_rows`) or a float32 target with weight-major products
+(`osd.spec.weight_major`, twice the bytes per step) does better. `measure` times every candidate's prefill of
+a prompt, its one-token step and its passes over 2 to gamma + 1 tokens, and the draft's step between target
+passes (where its weights have been evicted from the CPU's caches, as in the engine), on the models
+themselves. A query of N new tokens then costs, by Eq. 2's reasoning with every pass charged its measured
+time,
 
     target alone:              prefill + N * step
     speculative, gamma g:      prefill + N / E[tokens](alpha, g) * (g * draft step + pass over g + 1 tokens)
