@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from osd.spec.weight_major import bf16_cpu_inference, retype_plain_linears
+from osd.spec.weight_major import bf16_cpu_inference, retype_cpu_linears
 
 ROW_BLOCK = (
     4  # input rows multiplied per pair of widened weight rows (8 sums in registers, AVX2's 16 suffice)
@@ -121,7 +121,4 @@ def use_bf16_rows_linears(model: nn.Module) -> int:
     unchanged); return how many changed. Each forward decides: a float32 draft that trains keeps `nn.Linear`'s
     path, its bf16 serving copies (deep copies keep the class) run the kernel. A model on another device, or
     no numba, is left as it is (0)."""
-    first = next(model.parameters(), None)
-    if not kernel_available() or first is None or first.device.type != "cpu":
-        return 0
-    return retype_plain_linears(model, BF16RowsLinear)
+    return retype_cpu_linears(model, BF16RowsLinear, kernel_available)

@@ -20,7 +20,7 @@ import argparse
 import torch
 from torch import nn
 
-from osd.spec.weight_major import bf16_cpu_inference, retype_plain_linears
+from osd.spec.weight_major import bf16_cpu_inference, retype_cpu_linears
 
 
 def packing_available() -> bool:
@@ -78,10 +78,7 @@ def use_packed_linears(model: nn.Module) -> int:
     path, its bf16 serving copies (deep copies keep the class) read packed weights. A model on another device,
     or where `packing_available()` is False, is left as it is (0). Not for a float32 target: its layers would
     no longer be plain, and `use_weight_major_linears` would leave them as they are."""
-    first = next(model.parameters(), None)
-    if first is None or first.device.type != "cpu" or not packing_available():
-        return 0
-    return retype_plain_linears(model, PackedLinear)
+    return retype_cpu_linears(model, PackedLinear, packing_available)
 
 
 def check_packed_dtype(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -18,7 +18,7 @@ from torch import nn
 
 from osd.spec.bf16_rows import bf16_rows_linear, bf16_rows_product, kernel_available
 from osd.spec.packed_linear import PackedLinear, pack_weight, packed_product, packing_available
-from osd.spec.weight_major import bf16_cpu_inference, retype_plain_linears
+from osd.spec.weight_major import bf16_cpu_inference, retype_cpu_linears
 
 
 def packed_rows_available() -> bool:
@@ -59,7 +59,4 @@ def use_packed_rows_linears(model: nn.Module) -> int:
     """Make every plain `nn.Linear` of a CPU `model` a `PackedRowsLinear` (in place; weights and state dict
     unchanged); return how many changed. A model on another device, or where `packed_rows_available()` is False,
     is left as it is (0)."""
-    first = next(model.parameters(), None)
-    if first is None or first.device.type != "cpu" or not packed_rows_available():
-        return 0
-    return retype_plain_linears(model, PackedRowsLinear)
+    return retype_cpu_linears(model, PackedRowsLinear, packed_rows_available)

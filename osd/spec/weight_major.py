@@ -20,6 +20,8 @@ than in training).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -55,6 +57,15 @@ def use_weight_major_linears(model: nn.Module) -> int:
     if first is None or first.dtype != torch.float32 or first.device.type != "cpu":
         return 0
     return retype_plain_linears(model, WeightMajorLinear)
+
+
+def retype_cpu_linears(model: nn.Module, cls: type[nn.Linear], available: Callable[[], bool]) -> int:
+    """`retype_plain_linears` for a layout of CPU kernels: a model without parameters, on another device, or where
+    `available()` is False (the kernels do not run here) is left as it is (0)."""
+    first = next(model.parameters(), None)
+    if first is None or first.device.type != "cpu" or not available():
+        return 0
+    return retype_plain_linears(model, cls)
 
 
 def retype_plain_linears(model: nn.Module, cls: type[nn.Linear]) -> int:
