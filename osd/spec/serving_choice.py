@@ -16,7 +16,10 @@ time,
 
 and `choose` takes the **baseline**, the candidate whose query alone is fastest (the fastest target-alone
 decoding on offer, which every speedup is measured against), and the **speculative configuration**, the
-(candidate, gamma) whose query is fastest at an expected alpha.
+(candidate, gamma) whose query is fastest at an expected alpha. Where the baseline's own layout verifies within
+`SAME_LAYOUT_TOLERANCE` of the fastest, speculative decoding serves it too: layouts whose passes run the same
+kernels (`packed` and `packed_rows`) differ by measurement noise alone, and one model then serves both, with
+its costs in the baseline's own steps.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ LAYOUTS = {
 }
 DTYPES = ("bfloat16", "float32")
 AUTO = "auto"
+SAME_LAYOUT_TOLERANCE = 0.05  # the baseline's layout serves speculative decoding if its query is this close
 
 
 def available_layouts(dtype: str = AUTO, layout: str = AUTO, device: str = "cpu") -> list[str]:
@@ -180,15 +184,21 @@ def choose(
     gammas: list[int] | None = None,
 ) -> Choice:
     """The layout of all measured whose query of `new_tokens` tokens alone is fastest, and the (layout in
-    `layouts`, gamma in `gammas`) whose speculative query is fastest at `alpha` (defaults: every measured
-    layout, gamma 1..measured)."""
+    `layouts`, gamma in `gammas`) whose speculative query is fastest at `alpha`, the baseline's layout where
+    it is within `SAME_LAYOUT_TOLERANCE` of that (defaults: every measured layout, gamma 1..measured)."""
     baseline = min(measured, key=lambda name: measured[name].query_s(new_tokens))
     layouts = layouts or list(measured)
     gammas = gammas or list(range(1, len(measured[baseline].pass_s)))
-    layout, gamma = min(
-        ((name, g) for name in layouts for g in gammas),
-        key=lambda lg: speculative_query_s(measured[lg[0]], draft_step_s, alpha, lg[1], new_tokens),
-    )
+    query_s = {
+        (name, g): speculative_query_s(measured[name], draft_step_s, alpha, g, new_tokens)
+        for name in layouts
+        for g in gammas
+    }
+    layout, gamma = min(query_s, key=query_s.__getitem__)
+    if baseline in layouts:
+        own = min(((baseline, g) for g in gammas), key=query_s.__getitem__)
+        if query_s[own] <= (1 + SAME_LAYOUT_TOLERANCE) * query_s[layout, gamma]:
+            layout, gamma = own
     return Choice(baseline, layout, gamma, alpha, new_tokens, draft_step_s, measured)
 
 

@@ -10,11 +10,13 @@ import torch
 from osd.cost_model import PassLine, expected_tokens_per_step
 from osd.spec.serving_choice import (
     LAYOUTS,
+    SAME_LAYOUT_TOLERANCE,
     Measured,
     available_layouts,
     choose,
     measure_and_choose,
     serving_copy,
+    speculative_query_s,
 )
 from osd.spec.weight_major import WeightMajorLinear
 from tests.tiny_models import draft_from_target, tiny_model
@@ -60,6 +62,25 @@ def test_one_noisy_pass_does_not_sway_the_choice_of_gamma():
         return 2.0 + 32 / expected_tokens_per_step(0.5, gamma) * (gamma * 0.044 + steps[gamma])
 
     assert min(range(1, 6), key=raw_query) == 2
+
+
+def test_the_baseline_layout_serves_speculative_decoding_where_it_verifies_within_noise_of_the_fastest():
+    """As `packed_rows` (the kernel's step, packed passes) beside `packed`: the baseline steps faster, its passes
+    over several tokens are the same kernels' and measure a little dearer, or clearly dearer."""
+    packed = Measured("packed", 1.0, [1.3, 1.00, 1.02, 1.04])
+    for dearer, expected in ((1.02, "packed_rows"), (1.25, "packed")):
+        rows = Measured("packed_rows", 1.0, [1.0] + [dearer * t for t in packed.pass_s[1:]])
+        measured = {"packed": packed, "packed_rows": rows}
+        choice = choose(measured, draft_step_s=0.05, alpha=0.6, new_tokens=32)
+        assert (choice.baseline, choice.layout) == ("packed_rows", expected)
+        fastest = min(
+            speculative_query_s(packed, 0.05, 0.6, g, 32) for g in (1, 2, 3)
+        )  # packed's best: what the baseline's layout is held against
+        chosen = speculative_query_s(measured[choice.layout], 0.05, 0.6, choice.gamma, 32)
+        assert chosen <= (1 + SAME_LAYOUT_TOLERANCE) * fastest
+    assert (
+        choose(measured, 0.05, 0.6, 32, layouts=["packed"]).layout == "packed"
+    )  # forced: not the baseline's
 
 
 def test_forced_layouts_and_gamma_narrow_the_speculative_choice_not_the_baseline():
