@@ -35,6 +35,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -98,37 +99,50 @@ def target_cache(
     return CachedModel(model, encoder_input_ids, hidden_layers)
 
 
-PRODUCTS = {
-    "packed": packed_product,
-    "bf16_rows": bf16_rows_product,
-    "packed_rows": packed_rows_product,
-    "weight_major": weight_major_product,
-}
-"""The lean step's products other than `F.linear` ("plain"): x [N, in], a prepared weight -> [N, out]."""
+class LeanProduct(NamedTuple):
+    """One of the lean step's products other than `F.linear` ("plain")."""
+
+    dtype: torch.dtype  # of the weights it multiplies by
+    available: Callable[[], bool]  # on this machine and torch build
+    prepare: Callable[[torch.Tensor], Prepared]  # a weight [out, in] as the product reads it
+    product: Callable[[torch.Tensor, Prepared], torch.Tensor]  # x [N, in], a prepared weight -> [N, out]
+
+
+def _contiguous(weight: torch.Tensor) -> torch.Tensor:
+    return weight.contiguous()
+
+
 Prepared = torch.Tensor | PackedRows  # a weight as its product reads it: plain, packed, or both
+PRODUCTS = {
+    "packed": LeanProduct(torch.bfloat16, packing_available, pack_weight, packed_product),
+    "bf16_rows": LeanProduct(torch.bfloat16, kernel_available, _contiguous, bf16_rows_product),
+    "packed_rows": LeanProduct(
+        torch.bfloat16, packed_rows_available, prepare_packed_rows, packed_rows_product
+    ),
+    "weight_major": LeanProduct(torch.float32, lambda: True, _contiguous, weight_major_product),
+}
+LAYER_PRODUCTS = {
+    PackedLinear: "packed",
+    BF16RowsLinear: "bf16_rows",
+    PackedRowsLinear: "packed_rows",
+    WeightMajorLinear: "weight_major",
+}
+"""The product of each linear layer class that has its own (by exact class)."""
 
 
 def product_kind(model: LlamaForCausalLM, pack_plain: bool) -> str:
     """How the lean step multiplies by `model`'s weights: as its linear layers would at inference (their
-    layout's product where it applies to the weights' dtype and device), or "packed" for plain bf16 CPU layers
-    where `pack_plain` and oneDNN has bf16 kernels; otherwise "plain"."""
+    `LAYER_PRODUCTS` entry, where it applies to the weights' dtype and device), or "packed" for plain bf16 CPU
+    layers where `pack_plain` and oneDNN has bf16 kernels; otherwise "plain"."""
     weight = model.get_input_embeddings().weight
     layer = type(model.model.layers[0].self_attn.q_proj)
-    cpu, bf16 = weight.device.type == "cpu", weight.dtype == torch.bfloat16
-    if (
-        cpu
-        and bf16
-        and (layer is PackedLinear or (layer is nn.Linear and pack_plain))
-        and packing_available()
-    ):
-        return "packed"
-    if cpu and bf16 and layer is BF16RowsLinear and kernel_available():
-        return "bf16_rows"
-    if cpu and bf16 and layer is PackedRowsLinear and packed_rows_available():
-        return "packed_rows"
-    if cpu and weight.dtype == torch.float32 and layer is WeightMajorLinear:
-        return "weight_major"
-    return "plain"
+    kind = LAYER_PRODUCTS.get(layer, "packed" if layer is nn.Linear and pack_plain else "plain")
+    if kind == "plain":
+        return kind
+    spec = PRODUCTS[kind]
+    return (
+        kind if weight.device.type == "cpu" and weight.dtype == spec.dtype and spec.available() else "plain"
+    )
 
 
 @dataclass
@@ -184,11 +198,7 @@ def _derived_weights(model: LlamaForCausalLM, pack_plain: bool) -> _Weights:
     head = model.get_output_embeddings()
     embed = model.get_input_embeddings().weight
 
-    def product(weight: torch.Tensor) -> Prepared:
-        if kind == "packed":
-            return pack_weight(weight)
-        return prepare_packed_rows(weight) if kind == "packed_rows" else weight.contiguous()
-
+    product = _contiguous if kind == "plain" else PRODUCTS[kind].prepare
     with torch.no_grad():
         layers = [
             _Layer(
@@ -296,7 +306,7 @@ class LeanLlama:
         """x [..., in] @ weight.T -> [..., out]."""
         if self.w.product == "plain":
             return F.linear(x, weight)
-        return PRODUCTS[self.w.product](x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], -1)
+        return PRODUCTS[self.w.product].product(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], -1)
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """LlamaRMSNorm: normalised in float32, scaled in the input's dtype."""
