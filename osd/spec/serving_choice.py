@@ -106,17 +106,26 @@ class Measured:
 
 
 def measure(
-    models: dict[str, PreTrainedModel], max_gamma: int, context: int = 64, rounds: int = 2
-) -> dict[str, Measured]:
-    """Time each layout's prefill of `context` tokens and its passes over 1..max_gamma + 1 tokens after it,
-    taking the best of `rounds` rounds that visit every layout in turn (load that comes and goes then hits
-    all alike; the first round pays each model's set-up)."""
+    models: dict[str, PreTrainedModel],
+    draft: PreTrainedModel,
+    max_gamma: int,
+    context: int = 64,
+    rounds: int = 2,
+) -> tuple[dict[str, Measured], float]:
+    """Time each layout's prefill of `context` tokens and its passes over 1..max_gamma + 1 tokens after it, and
+    `draft`'s step in chains of max_gamma between passes of the layout stepping fastest so far
+    (`chain_step_time`), taking the best of `rounds` rounds that visit every layout and then the draft in turn
+    (load that comes and goes then hits all alike; the first round pays each model's set-up). Returns the
+    layouts' figures and the draft's step in seconds."""
     best = {name: [float("inf")] * (max_gamma + 2) for name in models}
+    draft_s = float("inf")
     for _ in range(rounds):
         for name, model in models.items():
             times = pass_times(model, context, max_gamma + 1)
             best[name] = [min(a, b) for a, b in zip(best[name], times, strict=True)]
-    return {name: Measured(name, times[0], times[1:]) for name, times in best.items()}
+        fastest = min(best, key=lambda name: best[name][1])  # the draft's chain follows its passes
+        draft_s = min(draft_s, chain_step_time(draft, models[fastest], context, max_gamma, reps=5, rounds=1))
+    return {name: Measured(name, times[0], times[1:]) for name, times in best.items()}, draft_s
 
 
 @dataclass
@@ -219,10 +228,7 @@ def measure_and_choose(
     forced `dtype`, `layout` or `gamma` narrows the speculative choice only (the baseline is always the
     fastest of all). Returns the choice and the models it needs (its baseline and its layout)."""
     models = {name: serving_copy(target, name).to(device) for name in available_layouts(device=device)}
-    chain = max_gamma if gamma is None else gamma
-    measured = measure(models, chain, prompt_tokens)
-    fastest = min(measured.values(), key=lambda m: m.pass_s[0]).layout  # the draft's step between its passes
-    draft_s = chain_step_time(draft, models[fastest], prompt_tokens, chain, reps=5, rounds=2)
+    measured, draft_s = measure(models, draft, max_gamma if gamma is None else gamma, prompt_tokens)
     choice = choose(
         measured, draft_s, alpha, new_tokens,
         available_layouts(dtype, layout, device), None if gamma is None else [gamma],

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from osd.cost_model import PassLine, expected_tokens_per_step
+from osd.spec import serving_choice
 from osd.spec.serving_choice import (
     LAYOUTS,
     SAME_LAYOUT_TOLERANCE,
@@ -110,6 +111,28 @@ def test_serving_copies_leave_the_callers_model_as_it_is():
     assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
 
 
+def test_measure_times_the_draft_in_every_round_after_the_layouts(monkeypatch: pytest.MonkeyPatch):
+    """A load that slows one round hits the draft's step as it hits the target's passes: each round visits the
+    layouts and then the draft (behind the fastest step so far), and the best of each is kept."""
+    calls = []
+    slow = iter([2.0, 2.0, 2.0, 1.0, 1.0, 1.0])  # round 1 under load: A, B, the draft; round 2 quiet
+
+    def pass_times(model: str, context: int, max_length: int) -> list[float]:
+        calls.append(model)
+        step = {"a": 0.030, "b": 0.020}[model] * next(slow)
+        return [0.1] + [step] * max_length
+
+    def chain_step_time(draft: str, target: str, context: int, gamma: int, reps: int, rounds: int) -> float:
+        calls.append(f"{draft} after {target}")
+        return 0.001 * next(slow)
+
+    monkeypatch.setattr(serving_choice, "pass_times", pass_times)
+    monkeypatch.setattr(serving_choice, "chain_step_time", chain_step_time)
+    measured, draft_s = serving_choice.measure({A: "a", B: "b"}, "draft", max_gamma=2, rounds=2)
+    assert calls == ["a", "b", "draft after b"] * 2
+    assert draft_s == pytest.approx(0.001) and measured[B].pass_s == pytest.approx([0.020] * 3)
+
+
 def test_measure_and_choose_returns_the_models_it_chose():
     torch.manual_seed(0)
     target = tiny_model("llama", layers=2)
@@ -118,6 +141,7 @@ def test_measure_and_choose_returns_the_models_it_chose():
     assert set(choice.measured) == set(available_layouts())
     assert all(len(m.pass_s) == 4 and min(m.pass_s) > 0 < m.prefill_s for m in choice.measured.values())
     assert set(models) == {choice.baseline, choice.layout} and 1 <= choice.gamma <= 3
+    assert 0 < choice.draft_step_s < min(m.pass_s[0] for m in choice.measured.values()) * 10
     for name, model in models.items():
         assert model.dtype == getattr(torch, LAYOUTS[name].dtype)
     forced, _ = measure_and_choose(target, draft, 0.5, 3, 8, 6, dtype="float32", gamma=2)
