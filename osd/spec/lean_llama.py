@@ -276,7 +276,7 @@ class LeanLlama:
         to one of the W slots `store` returns (None: to all of them). Logits of the last num_logits fed tokens
         [B, num_logits, V]."""
         B, n = tokens.shape
-        cos, sin = self._rope(positions)  # [B, 1, n, D] each
+        cos, signed_sin = self._rope(positions)  # [B, 1, n, D] each
         h = F.embedding(tokens, self.w.embed)  # [B, n, H]
         inputs = {}  # the kept layers' input states, [B, n, H] each
         for i, layer in enumerate(self.w.layers):
@@ -284,11 +284,12 @@ class LeanLlama:
                 inputs[i] = h
             qkv = self._linear(self._rms_norm(h, layer.input_norm), layer.qkv)  # [B, n, (heads + 2 kv) * D]
             qkv = qkv.view(B, n, -1, self.head_dim).transpose(1, 2)  # [B, heads + 2 kv, n, D]
-            q, k, v = qkv.split([self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
-            keys, values = store(i, _rotate(k, cos, sin), v)  # [B, kv heads, W, D]
+            qk = _rotate(qkv[:, : self.num_heads + self.num_kv_heads], cos, signed_sin)  # q and k at once
+            q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+            keys, values = store(i, k, qkv[:, self.num_heads + self.num_kv_heads :])  # [B, kv heads, W, D]
             # grouped-query attention: each kv head serves heads / kv heads query heads, read in place
             attn = F.scaled_dot_product_attention(
-                _rotate(q, cos, sin), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=self.grouped
+                q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=self.grouped
             )  # [B, heads, n, D]
             h = h + self._linear(attn.transpose(1, 2).reshape(B, n, -1), layer.o)
             gate_up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up)  # [B, n, 2 I]
@@ -315,12 +316,17 @@ class LeanLlama:
         return weight * x32.to(x.dtype)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [B, 1, n, D] at position ids [B, n], as LlamaRotaryEmbedding computes them."""
+        """cos and sin [B, 1, n, D] at position ids [B, n], as LlamaRotaryEmbedding computes them, the sin's first
+        half negated (`_rotate`)."""
         inv_freq = self.w.inv_freq.to(self.device)  # [D / 2]
         freqs = positions.to(self.device, torch.float32)[..., None] * inv_freq  # [B, n, D / 2]
         angles = torch.cat([freqs, freqs], dim=-1)[:, None]
         dtype = self.w.embed.dtype
-        return (angles.cos() * self.w.rope_scaling).to(dtype), (angles.sin() * self.w.rope_scaling).to(dtype)
+        sin = (angles.sin() * self.w.rope_scaling).to(dtype)
+        half = sin.shape[-1] // 2
+        return (angles.cos() * self.w.rope_scaling).to(dtype), torch.cat(
+            [-sin[..., :half], sin[..., half:]], dim=-1
+        )
 
 
 class LeanLlamaCache:
@@ -389,7 +395,8 @@ class LeanLlamaCache:
         self.keys, self.values = keys, values
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE of x [B, heads, n, D] with cos and sin [B, 1, n, D] (HF's apply_rotary_pos_emb)."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """RoPE of x [B, heads, n, D] with cos and sin [B, 1, n, D], the sin's first half negated: HF's
+    apply_rotary_pos_emb, x * cos + cat(-x2, x1) * sin, with the halves swapped by one roll (negation is exact, so
+    the products are the same)."""
+    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin
