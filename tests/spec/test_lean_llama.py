@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from osd.spec import batched, lean_llama
 from osd.spec.cached_model import CachedModel
@@ -352,3 +353,19 @@ def test_batched_engine_output_equals_the_hf_path(temperature):
         assert lean_row.generated_ids.tolist() == hf_row.generated_ids.tolist()
         assert lean_row.accepted_lengths == hf_row.accepted_lengths
     assert any(0 < a < 3 for row in outputs[0] for a in row.accepted_lengths)  # rows accepted some, not all
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_rotates_queries_and_keys_exactly_as_hf(dtype: torch.dtype):
+    """The lean step's RoPE (cos and a sin with its first half negated, one roll) against HF's
+    `apply_rotary_pos_emb`, bit for bit, on queries and keys rotated in one call."""
+    model = tiny_llama(seed=5, kv_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    lean = lean_llama.LeanLlama(model.to(dtype), pack_plain=False)
+    positions = torch.tensor([[0, 3, 17, 250]])  # [1, n]
+    cos, signed_sin = lean._rope(positions)
+    hf_cos, hf_sin = model.model.rotary_emb(torch.zeros(1, dtype=dtype), positions)  # [1, n, D]
+    q = torch.randn(1, lean.num_heads, 4, lean.head_dim, dtype=dtype)
+    k = torch.randn(1, lean.num_kv_heads, 4, lean.head_dim, dtype=dtype)
+    hf_q, hf_k = apply_rotary_pos_emb(q, k, hf_cos, hf_sin)
+    rotated = lean_llama._rotate(torch.cat([q, k], dim=1), cos, signed_sin)
+    assert torch.equal(rotated, torch.cat([hf_q, hf_k], dim=1))
