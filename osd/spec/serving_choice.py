@@ -16,7 +16,7 @@ time,
 
 and `choose` takes the **baseline**, the candidate whose query alone is fastest (the fastest target-alone
 decoding on offer, which every speedup is measured against), and the **speculative configuration**, the
-(candidate, gamma) whose query is fastest at an expected alpha. Where the baseline's own layout verifies within
+(candidate, gamma) whose query is fastest at an expected alpha. Where the baseline's own layout speculates within
 `SAME_LAYOUT_TOLERANCE` of the fastest, speculative decoding serves it too: layouts whose passes run the same
 kernels (`packed` and `packed_rows`) differ by measurement noise alone, and one model then serves both, with
 its costs in the baseline's own steps.
