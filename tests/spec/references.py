@@ -87,6 +87,13 @@ def assert_diverges_only_at_bf16_tie(out, reference: list[int], context: tuple) 
     return False
 
 
+def retyped_copy(linear: torch.nn.Linear, cls: type[torch.nn.Linear]) -> torch.nn.Linear:
+    """A copy of `linear` whose class is `cls` (a layout's subclass of nn.Linear); `linear` is left as it is."""
+    other = copy.deepcopy(linear)
+    other.__class__ = cls
+    return other
+
+
 def assert_same_linear_gradients(linear: torch.nn.Linear, other: torch.nn.Linear, **tolerance) -> None:
     """`other` (a subclass of nn.Linear over a copy of `linear`'s weights) back-propagates as `linear` does."""
     x = torch.randn(3, linear.in_features, requires_grad=True)

@@ -10,16 +10,14 @@ import torch
 from torch import nn
 
 from osd.spec.bf16_rows import BF16RowsLinear, bf16_rows_product, kernel_available, use_bf16_rows_linears
-from tests.spec.references import assert_layout_keeps_greedy_output, assert_same_linear_gradients
+from tests.spec.references import (
+    assert_layout_keeps_greedy_output,
+    assert_same_linear_gradients,
+    retyped_copy,
+)
 from tests.tiny_models import FAMILIES, tiny_model
 
 pytestmark = pytest.mark.skipif(not kernel_available(), reason="numba is not installed")
-
-
-def rows_copy(linear: nn.Linear) -> nn.Linear:
-    other = copy.deepcopy(linear)
-    other.__class__ = BF16RowsLinear
-    return other
 
 
 @pytest.mark.parametrize("rows", [1, 3, 4, 5, 9, 40])
@@ -44,7 +42,7 @@ def test_forward_matches_torchs_bf16_linear(shape, bias):
     linear = nn.Linear(16, 24, bias=bias).to(torch.bfloat16)
     x = torch.randn(shape, dtype=torch.bfloat16)
     with torch.no_grad():
-        y, expected = rows_copy(linear)(x), linear(x)
+        y, expected = retyped_copy(linear, BF16RowsLinear)(x), linear(x)
     assert y.shape == expected.shape and y.dtype == torch.bfloat16
     torch.testing.assert_close(y, expected, rtol=2**-7, atol=1e-2)
 
@@ -52,10 +50,10 @@ def test_forward_matches_torchs_bf16_linear(shape, bias):
 def test_training_and_float32_take_nn_linears_path():
     torch.manual_seed(0)
     linear = nn.Linear(8, 5)
-    assert_same_linear_gradients(linear, rows_copy(linear), rtol=0, atol=0)
+    assert_same_linear_gradients(linear, retyped_copy(linear, BF16RowsLinear), rtol=0, atol=0)
     x = torch.randn(3, 8)
     with torch.no_grad():
-        assert torch.equal(rows_copy(linear)(x), linear(x))  # float32: nn.Linear itself
+        assert torch.equal(retyped_copy(linear, BF16RowsLinear)(x), linear(x))  # float32: nn.Linear itself
 
 
 def test_every_plain_linear_changes_once_and_serving_copies_keep_the_class():

@@ -11,16 +11,14 @@ from torch import nn
 
 from osd.spec.lean_llama import target_cache
 from osd.spec.packed_linear import PackedLinear, packing_available, use_packed_linears
-from tests.spec.references import assert_layout_keeps_greedy_output, assert_same_linear_gradients
+from tests.spec.references import (
+    assert_layout_keeps_greedy_output,
+    assert_same_linear_gradients,
+    retyped_copy,
+)
 from tests.tiny_models import FAMILIES, tiny_model
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packing ops")
-
-
-def packed_copy(linear: nn.Linear) -> nn.Linear:
-    other = copy.deepcopy(linear)
-    other.__class__ = PackedLinear
-    return other
 
 
 @pytest.mark.parametrize("shape", [(1, 16), (1, 1, 16), (2, 3, 16), (4, 40, 16)])
@@ -30,7 +28,7 @@ def test_bf16_forward_equals_nn_linear(shape, bias):
     torch.manual_seed(0)
     linear = nn.Linear(16, 48, bias=bias).to(torch.bfloat16)
     x = torch.randn(shape, dtype=torch.bfloat16)
-    packed = packed_copy(linear)
+    packed = retyped_copy(linear, PackedLinear)
     y = packed(x)
     assert packed._packed is not None  # the packed path ran
     assert y.shape == (*shape[:-1], 48) and y.dtype == torch.bfloat16
@@ -41,7 +39,7 @@ def test_bf16_forward_equals_nn_linear(shape, bias):
 def test_an_in_place_weight_change_is_repacked():
     torch.manual_seed(0)
     linear = nn.Linear(16, 8).to(torch.bfloat16)
-    packed = packed_copy(linear)
+    packed = retyped_copy(linear, PackedLinear)
     x = torch.randn(2, 16, dtype=torch.bfloat16)
     before = packed(x)
     new = nn.Linear(16, 8).to(torch.bfloat16)
@@ -54,7 +52,7 @@ def test_an_in_place_weight_change_is_repacked():
 @torch.no_grad()
 def test_a_used_layer_deep_copies_and_its_copy_packs_its_own_weight():
     torch.manual_seed(0)
-    packed = packed_copy(nn.Linear(16, 8).to(torch.bfloat16))
+    packed = retyped_copy(nn.Linear(16, 8).to(torch.bfloat16), PackedLinear)
     x = torch.randn(2, 16, dtype=torch.bfloat16)
     y = packed(x)
     other = copy.deepcopy(packed)  # as the online trainer copies a draft to serve it
@@ -68,8 +66,8 @@ def test_training_takes_nn_linears_path():
     """With gradients (and in float32) the layer is nn.Linear: same gradients, nothing packed."""
     torch.manual_seed(0)
     linear = nn.Linear(8, 5)
-    assert_same_linear_gradients(linear, packed_copy(linear), rtol=0, atol=0)
-    bf16 = packed_copy(linear.to(torch.bfloat16))
+    assert_same_linear_gradients(linear, retyped_copy(linear, PackedLinear), rtol=0, atol=0)
+    bf16 = retyped_copy(linear.to(torch.bfloat16), PackedLinear)
     bf16(torch.randn(2, 8, dtype=torch.bfloat16, requires_grad=True)).sum().backward()
     assert bf16._packed is None and bf16.weight.grad is not None
 

@@ -3,8 +3,6 @@ products, the layer and the lean step alike, and the engine's greedy output is u
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from torch import nn
@@ -20,18 +18,12 @@ from osd.spec.packed_rows import (
     use_packed_rows_linears,
 )
 from osd.spec.serving_choice import available_layouts, serving_copy
-from tests.spec.references import assert_layout_keeps_greedy_output
+from tests.spec.references import assert_layout_keeps_greedy_output, retyped_copy
 from tests.tiny_models import FAMILIES, tiny_model
 
 pytestmark = pytest.mark.skipif(
     not packed_rows_available(), reason="needs oneDNN's bf16 packing and numba (the rows kernel)"
 )
-
-
-def packed_rows_copy(linear: nn.Linear) -> nn.Linear:
-    other = copy.deepcopy(linear)
-    other.__class__ = PackedRowsLinear
-    return other
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5])
@@ -52,7 +44,7 @@ def test_forward_is_the_kernels_for_one_row_and_the_packed_layers_for_more(shape
     torch.manual_seed(0)
     linear = nn.Linear(16, 48, bias=bias).to(torch.bfloat16)
     x = torch.randn(shape, dtype=torch.bfloat16)
-    layer = packed_rows_copy(linear)
+    layer = retyped_copy(linear, PackedRowsLinear)
     y = layer(x)
     one_row = x.numel() == 16
     assert (layer._packed is None) == one_row  # the packed copy is made by the first pass over more rows
@@ -67,7 +59,7 @@ def test_forward_is_the_kernels_for_one_row_and_the_packed_layers_for_more(shape
 
 def test_a_single_row_with_gradients_takes_nn_linears_path():
     torch.manual_seed(0)
-    layer = packed_rows_copy(nn.Linear(8, 5).to(torch.bfloat16))
+    layer = retyped_copy(nn.Linear(8, 5).to(torch.bfloat16), PackedRowsLinear)
     x = torch.randn(1, 8, dtype=torch.bfloat16, requires_grad=True)
     layer(x).sum().backward()
     assert layer._packed is None and layer.weight.grad is not None and x.grad is not None

@@ -11,14 +11,8 @@ from torch import nn
 
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.weight_major import MAX_ROWS, WeightMajorLinear, use_weight_major_linears
-from tests.spec.references import NOISE, assert_same_linear_gradients, hf_greedy, random_prompt
+from tests.spec.references import NOISE, assert_same_linear_gradients, hf_greedy, random_prompt, retyped_copy
 from tests.tiny_models import FAMILIES, draft_from_target, tiny_model
-
-
-def weight_major_copy(linear: nn.Linear) -> nn.Linear:
-    other = copy.deepcopy(linear)
-    other.__class__ = WeightMajorLinear
-    return other
 
 
 @pytest.mark.parametrize(
@@ -29,7 +23,7 @@ def test_forward_equals_nn_linear(shape, bias):
     torch.manual_seed(0)
     linear = nn.Linear(8, 24, bias=bias)
     x = torch.randn(shape)
-    y = weight_major_copy(linear)(x)
+    y = retyped_copy(linear, WeightMajorLinear)(x)
     assert y.shape == (*shape[:-1], 24) and y.is_contiguous()
     torch.testing.assert_close(y, linear(x), rtol=1e-5, atol=1e-6)
 
@@ -39,13 +33,13 @@ def test_non_contiguous_input_gives_the_same_product():
     linear = nn.Linear(8, 5)
     # [4, 8] with transposed strides, as an elementwise op on a transposed output gives
     x = torch.randn(8, 4).t()
-    torch.testing.assert_close(weight_major_copy(linear)(x), linear(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(retyped_copy(linear, WeightMajorLinear)(x), linear(x), rtol=1e-5, atol=1e-6)
 
 
 def test_gradients_equal_nn_linear():
     torch.manual_seed(0)
     linear = nn.Linear(8, 5)
-    assert_same_linear_gradients(linear, weight_major_copy(linear))
+    assert_same_linear_gradients(linear, retyped_copy(linear, WeightMajorLinear))
 
 
 def test_only_float32_cpu_models_change():
