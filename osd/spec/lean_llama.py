@@ -11,6 +11,8 @@ What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
   the length);
 - the q/k/v products fused into one, and the gate/up products into one (concatenated weights);
 - grouped-query keys and values read in place by the attention kernel, not repeated per query head;
+- on a CPU, a bf16 or float16 model's attention computed in float32 (`LeanLlama.attention_dtype`), its KV cache
+  kept in float32 (the rounded keys and values, widened exactly), the output rounded back;
 - the RoPE frequencies of the model's own rotary embedding;
 - each product in the layout of the model's own linear layers (`product_kind`: oneDNN-packed, the bf16 rows
   kernel, both of these (packed passes, one-token steps by the kernel), weight-major or plain), so that a target
@@ -20,9 +22,9 @@ What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
 - the input states of chosen layers kept at each forward where an EAGLE-3 head reads them (`hidden_layers`).
 `LeanLlama` is that forward over B rows with position ids and a slot mask; `LeanLlamaCache` runs it for one
 sequence (`generate`), and the batched engine's `osd.spec.batched.RowCache` for its rows (draft and target), over
-HF's dynamic cache and its own padding and rejection masks. Its logits and kept states equal HF's (tests compare
-them, and the engine's tokens, on random Llama models) up to the rounding of a product over concatenated
-weights.
+HF's dynamic cache and its own padding and rejection masks. Its logits and kept states equal those of HF's
+forward attending in the same dtype (tests compare them, and the engine's tokens, on random Llama models) up to
+the rounding of a product over concatenated weights.
 
 The weights are derived from the model's parameters once per model (`_derived_weights`, cached while no
 parameter has changed: an online trainer's refresh of its serving copy, in place, is seen by the version
@@ -264,6 +266,16 @@ class LeanLlama:
     def device(self) -> torch.device:
         return self.w.embed.device
 
+    @property
+    def attention_dtype(self) -> torch.dtype:
+        """float32 for a bf16 or float16 model on a CPU, its inputs widened exactly (torch's bf16 CPU attention
+        takes several times as long for one query), else the model's dtype. A KV cache kept in it is read without a
+        conversion."""
+        dtype = self.w.embed.dtype
+        return (
+            torch.float32 if self.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) else dtype
+        )
+
     def forward(
         self,
         tokens: torch.Tensor,
@@ -287,10 +299,7 @@ class LeanLlama:
             qk = _rotate(qkv[:, : self.num_heads + self.num_kv_heads], cos, signed_sin)  # q and k at once
             q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
             keys, values = store(i, k, qkv[:, self.num_heads + self.num_kv_heads :])  # [B, kv heads, W, D]
-            # grouped-query attention: each kv head serves heads / kv heads query heads, read in place
-            attn = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=self.grouped
-            )  # [B, heads, n, D]
+            attn = self._attention(q, keys, values, mask)  # [B, heads, n, D]
             h = h + self._linear(attn.transpose(1, 2).reshape(B, n, -1), layer.o)
             gate_up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up)  # [B, n, 2 I]
             gate, up = gate_up.chunk(2, dim=-1)
@@ -308,6 +317,22 @@ class LeanLlama:
         if self.w.product == "plain":
             return F.linear(x, weight)
         return PRODUCTS[self.w.product].product(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], -1)
+
+    def _attention(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """SDPA of q [B, heads, n, D] over keys and values [B, kv heads, W, D] -> [B, heads, n, D]; grouped-query
+        keys and values are read in place. Computed in `attention_dtype`, the output rounded to q's dtype."""
+        dtype = self.attention_dtype
+        attn = F.scaled_dot_product_attention(
+            q.to(dtype),
+            keys.to(dtype),
+            values.to(dtype),
+            attn_mask=mask,
+            scale=self.scale,
+            enable_gqa=self.grouped,
+        )
+        return attn.to(q.dtype)
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """LlamaRMSNorm: normalised in float32, scaled in the input's dtype."""
@@ -387,7 +412,7 @@ class LeanLlamaCache:
         new_capacity = max(INITIAL_CAPACITY, 2 * capacity, length)
         lean = self.lean
         shape = (len(lean.w.layers), lean.num_kv_heads, new_capacity, lean.head_dim)
-        keys = torch.empty(shape, dtype=lean.w.embed.dtype, device=self.device)
+        keys = torch.empty(shape, dtype=lean.attention_dtype, device=self.device)
         values = torch.empty_like(keys)
         if capacity:
             keys[:, :, : self.length] = self.keys[:, :, : self.length]

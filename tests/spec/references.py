@@ -8,6 +8,9 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from osd.distill.data import pad
 from osd.spec.decoder import SpeculativeDecoder
@@ -134,3 +137,26 @@ def assert_layout_keeps_greedy_output(
         alphas.append(out.alpha)
     assert max(alphas) > 0.0 and min(alphas) < 1.0, alphas
     return target
+
+
+def _sdpa_as_the_lean_step(module, query, key, value, attention_mask, **kwargs):
+    """HF's SDPA attention, on a CPU in float32 over bf16 or float16 inputs widened exactly, the output rounded
+    back to their dtype."""
+    reduced = query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16)
+    if not reduced:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    out, weights = sdpa_attention_forward(
+        module, query.float(), key.float(), value.float(), attention_mask, **kwargs
+    )
+    return out.to(query.dtype), weights
+
+
+AttentionInterface.register("sdpa_as_the_lean_step", _sdpa_as_the_lean_step)
+AttentionMaskInterface.register("sdpa_as_the_lean_step", sdpa_mask)
+
+
+def hf_attention_as_the_lean_step(model: PreTrainedModel) -> PreTrainedModel:
+    """`model` (in place) with HF's forward attending as the lean step does (`LeanLlama.attention_dtype`): in float32
+    on a CPU for a reduced-precision model, else by SDPA in its dtype; HF's masks, RoPE and cache unchanged."""
+    model.set_attn_implementation("sdpa_as_the_lean_step")
+    return model

@@ -18,7 +18,14 @@ from osd.spec.packed_linear import packing_available
 from osd.spec.serving_choice import available_layouts, serving_copy
 from osd.spec.timing import draft_step_time, target_pass_time
 from tests.devices import DEVICES, on_device
-from tests.spec.references import NOISE, hf_greedy, left_padded, random_prompt, random_prompts
+from tests.spec.references import (
+    NOISE,
+    hf_attention_as_the_lean_step,
+    hf_greedy,
+    left_padded,
+    random_prompt,
+    random_prompts,
+)
 from tests.tiny_models import VOCAB, draft_from_target, tiny_llama, tiny_model
 
 # bf16: one product over concatenated weights may round otherwise than three apart on some CPUs
@@ -63,7 +70,7 @@ def assert_equal_up_to_rounding(actual: torch.Tensor, expected: torch.Tensor) ->
 def test_logits_equal_hf_forward_through_crops_and_growth(name, dtype, device, monkeypatch):
     # the 9-token prompt and later steps grow the cache
     monkeypatch.setattr(lean_llama, "INITIAL_CAPACITY", 8)
-    model = draft_variants()[name].to(device, dtype)
+    model = hf_attention_as_the_lean_step(draft_variants()[name].to(device, dtype))
     assert supports_lean_step(model)
     hf, lean = CachedModel(model, None), LeanLlamaCache(model)
     assert lean.device.type == device
@@ -164,7 +171,7 @@ def test_a_target_takes_the_lean_step_with_or_without_a_head_reading_its_states(
 def test_the_kept_states_equal_hf_hidden_states_through_crops(layers, dtype):
     """The input states of a head's layers (in the order asked, the embeddings as layer 0's) at every fed token,
     as HF's `hidden_states` give them, through crops; the logits alike."""
-    target = tiny_llama(layers=3, seed=7, initializer_range=0.3).to(dtype)
+    target = hf_attention_as_the_lean_step(tiny_llama(layers=3, seed=7, initializer_range=0.3).to(dtype))
     hf, lean = CachedModel(target, None, layers), target_cache(target, hidden_layers=layers)
     assert isinstance(lean, LeanLlamaCache)
     for tokens, drop in feeds(seed=3):
@@ -182,7 +189,7 @@ def test_the_kept_states_equal_hf_hidden_states_through_crops(layers, dtype):
 def test_a_target_served_in_a_layout_keeps_its_products_and_hf_logits(layout):
     """Each layout on offer here (`osd.spec.serving_choice`) multiplies in the lean step as the target's own
     layers do; its logits are HF's forward's over the same served copy, through crops."""
-    target = serving_copy(tiny_llama(seed=6, initializer_range=0.3), layout)
+    target = hf_attention_as_the_lean_step(serving_copy(tiny_llama(seed=6, initializer_range=0.3), layout))
     assert product_kind(target, pack_plain=False) == layout  # the layouts' names are their products'
     hf, lean = CachedModel(target, None), target_cache(target)
     assert lean.lean.w.product == layout
@@ -297,7 +304,7 @@ def test_batched_rows_equal_hf_forward_through_padding_rejections_and_compaction
     """B rows of different lengths, left-padded, each dropping its own rejected tokens, compacted at every
     rejection (SLACK 0) or never: the lean step's logits at every row are HF's batched forward's."""
     monkeypatch.setattr(batched, "SLACK", slack)
-    model = draft_variants()[name].to(dtype)
+    model = hf_attention_as_the_lean_step(draft_variants()[name].to(dtype))
     ids, mask = left_padded(random_prompts((3, 9, 6, 1)))
     hf, lean = (batched.RowCache.start(model, ids, mask, lean=flag) for flag in (False, True))
     assert hf.lean is None and lean.lean is not None
@@ -317,7 +324,7 @@ def test_batched_rows_equal_hf_forward_through_padding_rejections_and_compaction
 def test_a_batched_target_keeps_its_layout_and_a_heads_states_as_hf_forward(dtype):
     """A target's rows (`pack_plain=False`, as `generate_batch` starts them) through padding, rejections and a
     row leaving: the lean step's logits and kept states at every row are HF's batched forward's."""
-    target = tiny_llama(layers=3, seed=8, initializer_range=0.3).to(dtype)
+    target = hf_attention_as_the_lean_step(tiny_llama(layers=3, seed=8, initializer_range=0.3).to(dtype))
     ids, mask = left_padded(random_prompts((3, 9, 6, 1)))
     layers = (0, 2)
     hf, lean = (
