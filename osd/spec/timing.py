@@ -285,7 +285,13 @@ def pair_costs(
     }
 
 
-ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "NUMBA_CPU_NAME")
+ISA_LIMITS = (  # the variables of bash_scripts/hold_to_avx2.sh
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "NUMBA_CPU_NAME",
+    "NUMBA_CPU_FEATURES",
+)
 
 
 @torch.inference_mode()

@@ -4,6 +4,10 @@ the engine's greedy output unchanged with it; training and other dtypes take nn.
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,3 +75,30 @@ def test_engine_greedy_output_is_unchanged(family):
     """Against HF `generate` of the same kernel target up to a bf16 tie: attention in bf16 rounds a pass over several
     tokens apart from one-token steps on CPUs without bf16 instructions."""
     assert_layout_keeps_greedy_output(family, use_bf16_rows_linears, hf_within_bf16_tie=True)
+
+
+def test_held_to_avx2_the_kernel_is_compiled_without_avx512_and_the_limits_are_recorded():
+    """`bash_scripts/hold_to_avx2.sh` holds numba to AVX2 as well: the kernel's code uses no 512-bit registers
+    (numba given only a CPU name compiles for this CPU's own features), and `machine` records every limit."""
+    code = (
+        "import json, numba, numpy as np\n"
+        "from osd.spec.bf16_rows import _rows_kernel\n"
+        "from osd.spec.timing import machine\n"
+        "kernel = numba.njit(fastmath=True)(_rows_kernel)\n"
+        "kernel(np.zeros((2, 64), np.uint16), np.zeros((4, 64), np.float32), np.zeros((4, 2), np.float32))\n"
+        "asm = next(iter(kernel.inspect_asm().values()))\n"
+        "print(json.dumps({'zmm': 'zmm' in asm, 'ymm': 'ymm' in asm, 'limits': machine()['isa_limits']}))\n"
+    )
+    script = Path(__file__).resolve().parents[2] / "bash_scripts" / "hold_to_avx2.sh"
+    done = subprocess.run(
+        ["bash", str(script), sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not result["zmm"] and result["ymm"]  # AVX2's 256-bit registers, none of AVX-512's
+    assert result["limits"] == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "NUMBA_CPU_NAME": "haswell",
+        "NUMBA_CPU_FEATURES": "",
+    }

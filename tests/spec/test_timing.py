@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from osd.spec.eagle3 import Eagle3Head
-from osd.spec.timing import draft_step_time, machine
+from osd.spec.timing import ISA_LIMITS, draft_step_time, machine
 from tests.tiny_models import tiny_llama
 
 
@@ -32,7 +32,7 @@ def test_machine_reports_bf16_instructions_as_the_kernel_lists_them():
 
 
 def test_machine_records_the_instruction_set_limits_of_an_emulated_cpu(monkeypatch):
-    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "NUMBA_CPU_NAME"):
+    for name in ISA_LIMITS:
         monkeypatch.delenv(name, raising=False)
     assert "isa_limits" not in machine()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
