@@ -33,9 +33,10 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.cost_model import PassLine, query_time
-from osd.spec.bf16_rows import kernel_available, use_bf16_rows_linears
-from osd.spec.packed_linear import packing_available, use_packed_linears
-from osd.spec.packed_rows import packed_rows_available, use_packed_rows_linears
+from osd.spec.bf16_rows import use_bf16_rows_linears
+from osd.spec.lean_llama import PRODUCTS
+from osd.spec.packed_linear import use_packed_linears
+from osd.spec.packed_rows import use_packed_rows_linears
 from osd.spec.timing import chain_step_time, pass_times
 from osd.spec.weight_major import use_weight_major_linears
 
@@ -46,12 +47,20 @@ class Layout(NamedTuple):
     available: Callable[[], bool]  # on this machine and torch build
 
 
+RETYPES = {
+    "packed": use_packed_linears,
+    "bf16_rows": use_bf16_rows_linears,
+    "packed_rows": use_packed_rows_linears,
+    "weight_major": use_weight_major_linears,
+}
+"""How a model's linear layers are retyped into each layout other than plain bf16. A layout is named as the lean
+step's product of its layers (`osd.spec.lean_llama.PRODUCTS`), whose dtype and availability it shares."""
 LAYOUTS = {
     "plain": Layout("bfloat16", None, lambda: True),
-    "packed": Layout("bfloat16", use_packed_linears, packing_available),
-    "bf16_rows": Layout("bfloat16", use_bf16_rows_linears, kernel_available),
-    "packed_rows": Layout("bfloat16", use_packed_rows_linears, packed_rows_available),
-    "weight_major": Layout("float32", use_weight_major_linears, lambda: True),
+    **{
+        name: Layout(str(PRODUCTS[name].dtype).removeprefix("torch."), retype, PRODUCTS[name].available)
+        for name, retype in RETYPES.items()
+    },
 }
 DTYPES = ("bfloat16", "float32")
 AUTO = "auto"
