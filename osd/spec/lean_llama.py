@@ -241,7 +241,8 @@ def _derived_weights(model: LlamaForCausalLM, pack_plain: bool) -> _Weights:
 
 KVStore = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """(layer, keys, values) of the fed tokens [B, kv heads, n, D] -> the layer's cached keys and values after them
-[B, kv heads, W, D]."""
+[B, kv heads, W, D], kept in the dtype they come in (`LeanLlama` gives its `attention_dtype`, so that attention
+reads the cache without a conversion)."""
 
 
 class LeanLlama:
@@ -261,20 +262,15 @@ class LeanLlama:
         self.head_dim = config.head_dim
         self.scale = model.model.layers[0].self_attn.scaling
         self.eps = config.rms_norm_eps
+        # float32 for a bf16 or float16 model on a CPU, its keys and values widened exactly: torch's bf16 CPU
+        # attention takes several times as long for one query; else the model's dtype
+        dtype = self.w.embed.dtype
+        reduced_on_cpu = self.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
+        self.attention_dtype = torch.float32 if reduced_on_cpu else dtype
 
     @property
     def device(self) -> torch.device:
         return self.w.embed.device
-
-    @property
-    def attention_dtype(self) -> torch.dtype:
-        """float32 for a bf16 or float16 model on a CPU, its inputs widened exactly (torch's bf16 CPU attention
-        takes several times as long for one query), else the model's dtype. A KV cache kept in it is read without a
-        conversion."""
-        dtype = self.w.embed.dtype
-        return (
-            torch.float32 if self.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) else dtype
-        )
 
     def forward(
         self,
@@ -291,6 +287,7 @@ class LeanLlama:
         cos, signed_sin = self._rope(positions)  # [B, 1, n, D] each
         h = F.embedding(tokens, self.w.embed)  # [B, n, H]
         inputs = {}  # the kept layers' input states, [B, n, H] each
+        kv_dtype = self.attention_dtype  # what the store keeps and attention reads
         for i, layer in enumerate(self.w.layers):
             if i in self.hidden_layers:
                 inputs[i] = h
@@ -298,7 +295,8 @@ class LeanLlama:
             qkv = qkv.view(B, n, -1, self.head_dim).transpose(1, 2)  # [B, heads + 2 kv, n, D]
             qk = _rotate(qkv[:, : self.num_heads + self.num_kv_heads], cos, signed_sin)  # q and k at once
             q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
-            keys, values = store(i, k, qkv[:, self.num_heads + self.num_kv_heads :])  # [B, kv heads, W, D]
+            v = qkv[:, self.num_heads + self.num_kv_heads :]
+            keys, values = store(i, k.to(kv_dtype), v.to(kv_dtype))  # [B, kv heads, W, D]
             attn = self._attention(q, keys, values, mask)  # [B, heads, n, D]
             h = h + self._linear(attn.transpose(1, 2).reshape(B, n, -1), layer.o)
             gate_up = self._linear(self._rms_norm(h, layer.post_norm), layer.gate_up)  # [B, n, 2 I]
@@ -321,13 +319,12 @@ class LeanLlama:
     def _attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """SDPA of q [B, heads, n, D] over keys and values [B, kv heads, W, D] -> [B, heads, n, D]; grouped-query
-        keys and values are read in place. Computed in `attention_dtype`, the output rounded to q's dtype."""
-        dtype = self.attention_dtype
+        """SDPA of q [B, heads, n, D] over the cached keys and values [B, kv heads, W, D] (in `attention_dtype`)
+        -> [B, heads, n, D] in q's dtype; grouped-query keys and values are read in place."""
         attn = F.scaled_dot_product_attention(
-            q.to(dtype),
-            keys.to(dtype),
-            values.to(dtype),
+            q.to(self.attention_dtype),
+            keys,
+            values,
             attn_mask=mask,
             scale=self.scale,
             enable_gqa=self.grouped,
