@@ -4,6 +4,7 @@
 # while python_checks.sh runs on those four (its timings are of one CPU thread driving the GPU: a build on the
 # same cores slowed them up to threefold); then llamacpp.sh, whose build stage finds the build done (or resumes it).
 #   bash bash_scripts/gpu/all_checks.sh OUT    # OUT/python/, OUT/llamacpp/ (as each script writes), OUT/build.txt
+#   bash bash_scripts/gpu/all_checks.sh OUT --stages target main_job    # flags after OUT go to python_checks.sh
 #   DRY_RUN=1 bash bash_scripts/gpu/all_checks.sh OUT    # both rehearsals on this CPU; no build
 # BUDGET_S (default 580) is the whole call's seconds; the Python checks get PYTHON_S of it (default 380) and
 # llama.cpp what is left. A build still running when llama.cpp's turn comes is stopped, and its stage resumes it.
@@ -13,7 +14,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 if [ -z "${PYTHON:-}" ] && [ ! -x "$ROOT/.venv/bin/python" ]; then PYTHON=python3; fi  # as common.sh
 source "$ROOT/bash_scripts/common/env.sh"
 export PYTHON  # the build's (build.sh finds cuBLAS beside its torch)
-OUT="$(mkdir -p "${1:?usage: bash $0 OUT}" && cd "$1" && pwd)"
+OUT="$(mkdir -p "${1:?usage: bash $0 OUT [python_checks.sh flags...]}" && cd "$1" && pwd)"
+shift
 BUDGET_S="${BUDGET_S:-580}"
 PYTHON_S="${PYTHON_S:-380}"
 WORK_DIR="${WORK_DIR:-outputs}"
@@ -38,7 +40,7 @@ else
 fi
 
 "${CHECKS[@]}" bash "$ROOT/bash_scripts/gpu/python_checks.sh" "$OUT/python" --budget_s "$PYTHON_S" \
-    --work_dir "$WORK_DIR/gpu_checks"
+    --work_dir "$WORK_DIR/gpu_checks" "$@"
 while [ ! -e "$DONE" ] && (( SECONDS - START < BUDGET_S - 120 )); do sleep 2; done
 if [ ! -e "$DONE" ]; then
     kill -- "-$BUILD" 2>/dev/null
