@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from osd.analysis import record
+from tests.sources import project_sources
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted(
-    p for folder in ("osd", "benchmarks", "data", "llamacpp_patches") for p in (ROOT / folder).rglob("*.py")
-)
+SOURCES = project_sources("osd", "benchmarks", "data", "llamacpp_patches")
 
 
 def docstring_source(path: Path) -> str | None:

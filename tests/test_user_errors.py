@@ -14,6 +14,7 @@ import pytest
 from safetensors import SafetensorError
 
 from osd.user_errors import disk_full_as_oserror, non_negative_float, non_negative_int, positive_int, run_main
+from tests.sources import project_sources
 
 
 def fail(error: Exception) -> Callable[[], None]:
@@ -78,11 +79,7 @@ def test_every_command_line_entry_point_ends_through_run_main():
     every script with a `__main__` block (osd, data, benchmarks, llamacpp_patches) runs its main through
     run_main, so a user error is one line."""
     root = Path(__file__).resolve().parents[1]
-    scripts = [
-        p
-        for folder in ("osd", "data", "benchmarks", "llamacpp_patches")
-        for p in (root / folder).rglob("*.py")
-    ]
+    scripts = project_sources("osd", "data", "benchmarks", "llamacpp_patches")
     blocks = {p: text.split(MAIN_BLOCK, 1)[1] for p in scripts if MAIN_BLOCK in (text := p.read_text())}
     assert len(blocks) > 40  # the scan sees the entry points
     # osd/train.py runs osd.cli.train, the console script's run_main
