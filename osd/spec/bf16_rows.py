@@ -1,124 +1,305 @@
-"""bf16 linear layers on CPUs without bf16 instructions: a pass over a few tokens for about the cost of one.
+"""bf16 linear layers on CPUs without bf16 instructions: a pass over a few tokens for little more than one step.
 
 On such a CPU (AVX2 without AVX512-BF16 or AMX) torch computes a bf16 `nn.Linear` with its own reduced-
 precision GEMM, which converts every weight to float32 once per row of input: a target pass over 4 tokens
-then costs 2.2-2.8 one-token steps, so verification eats what speculation saves. `BF16RowsLinear` runs a
-small compiled kernel (numba; LLVM vectorises it for the CPU it runs on) that converts each weight row once,
-in cache, and multiplies it with every input row: the weights stream through memory once per pass.
+then costs 2.2-2.8 one-token steps, so verification eats what speculation saves. This module's kernel, written
+in LLVM IR and compiled here for this CPU by llvmlite, reads each bf16 weight once per pass and multiplies it
+with every input row while it is in registers:
 
-The products are those of a bf16 GEMM with float32 accumulation (bf16 inputs widened exactly, the float32
-result rounded to bf16 once, as torch's kernels do), up to the order of the additions. Used only without
-gradients, for bf16 CPU tensors (a prefill too: torch's GEMM is slower still for many rows); everything else
-takes `nn.Linear`'s path.
-Opt-in (`use_bf16_rows_linears`): it speeds up a one-token step as well, so apply it to the target-only
-baseline too when comparing. `osd.spec.serving_choice` measures when it pays.
+- the weight is packed once (`pack_tiles`) into tiles of 16 outputs, each stored k-major ([in, 16]), so that a
+  tile streams through memory in order;
+- a load of 16 bf16 weights (eight 32-bit words) gives two float32 vectors without a conversion: a word shifted
+  left by 16 bits is its even output's weight, the word with its low half cleared is its odd output's;
+- each vector is multiplied with every input row's element, broadcast, into one accumulator per row and half
+  (outer products: no horizontal sums), up to 4 rows at a time, the tile then serving the next 4 rows from cache.
+
+The products are those of a bf16 GEMM with float32 accumulation (bf16 inputs widened exactly, the float32 result
+rounded to bf16 once, as torch's kernels do), up to the order of the additions. Used only without gradients,
+for bf16 CPU tensors (a prefill too); everything else takes `nn.Linear`'s path. The code is compiled for the CPU
+that `NUMBA_CPU_NAME` and `NUMBA_CPU_FEATURES` name where set (numba's variables, which
+`bash_scripts/hold_to_avx2.sh` sets), else for this CPU. Opt-in (`use_bf16_rows_linears`): it speeds up a
+one-token step as well, so apply it to the target-only baseline too when comparing. `osd.spec.serving_choice`
+measures when it pays.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+from collections.abc import Callable
 from functools import cache
+from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import nn
 
 from osd.spec.weight_major import bf16_cpu_inference, retype_cpu_linears
 
-ROW_BLOCK = (
-    4  # input rows multiplied per pair of widened weight rows (8 sums in registers, AVX2's 16 suffice)
-)
+TILE = 16  # outputs a tile: one 32-byte load of bf16 weights, two float32 vectors of 8
+MAX_ROWS = 8  # input rows a kernel call multiplies (in groups of up to GROUP_ROWS); longer inputs take blocks
+GROUP_ROWS = 4  # rows a tile's weights are multiplied with at once: 8 accumulators of AVX2's 16 registers
+UNROLL = {1: 4, 2: 2, 3: 1, 4: 1}  # steps along `in` a loop iteration takes, by group rows: 6-8 accumulators
+K_MULTIPLE = 4  # `in` is padded to this (the largest unroll)
+PREFETCH_WORDS = 1024  # groups of 3-4 rows prefetch the tile's weights this far ahead (32-bit words)
 
 
-def _rows_kernel(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
-    """y[n, o] = sum_k bf16(w[o, k]) * x[n, k]: w uint16 [out, in] (bf16 bit patterns), x float32 [N, in],
-    y float32 [N, out]. Weight rows are widened two at a time (into `pair`) and each input row is loaded once
-    for both."""
-    out_features, in_features = w.shape
+class Tiles(NamedTuple):
+    """A bf16 weight [out, in] packed for the kernel (`pack_tiles`)."""
+
+    data: torch.Tensor  # [out_p / TILE, in_p, TILE] bf16, contiguous; zero-padded to out_p, in_p
+    out_features: int
+    in_features: int
+
+
+def pack_tiles(weight: torch.Tensor) -> Tiles:
+    """A bf16 CPU weight [out, in] as the kernel reads it: `out` padded to a multiple of TILE, `in` to one of
+    K_MULTIPLE, with zeros (they add nothing to a sum)."""
+    out_features, in_features = weight.shape
+    out_p, in_p = -(-out_features // TILE) * TILE, -(-in_features // K_MULTIPLE) * K_MULTIPLE
+    padded = torch.zeros(out_p, in_p, dtype=torch.bfloat16)
+    padded[:out_features, :in_features] = weight.detach()
+    data = padded.view(out_p // TILE, TILE, in_p).transpose(1, 2).contiguous()  # [out_p / TILE, in_p, TILE]
+    return Tiles(data, out_features, in_features)
+
+
+def bf16_rows_product(x: torch.Tensor, weight: torch.Tensor | Tiles) -> torch.Tensor:
+    """x [N, in] bf16 @ weight.T -> [N, out] bf16, by the kernel; `weight` as `pack_tiles` gives it (a plain
+    [out, in] weight is packed for this call)."""
+    tiles = weight if isinstance(weight, Tiles) else pack_tiles(weight)
+    out_p, in_p = tiles.data.shape[0] * TILE, tiles.data.shape[1]
     rows = x.shape[0]
-    bits = np.zeros((2, in_features), np.uint32)
-    pair = bits.view(np.float32)  # [2, in]
-    for o in range(0, out_features, 2):
-        two = o + 1 < out_features  # else pair[1] holds a stale row, whose sums are dropped
-        for j in range(2 if two else 1):
-            for k in range(in_features):
-                bits[j, k] = (
-                    np.uint32(w[o + j, k]) << 16
-                )  # bf16 -> float32 is exact: the top half of its bits
-        n = 0
-        while n + ROW_BLOCK <= rows:
-            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
-            for k in range(in_features):
-                r, s = pair[0, k], pair[1, k]
-                x0, x1, x2, x3 = x[n, k], x[n + 1, k], x[n + 2, k], x[n + 3, k]
-                a0 += r * x0
-                a1 += r * x1
-                a2 += r * x2
-                a3 += r * x3
-                b0 += s * x0
-                b1 += s * x1
-                b2 += s * x2
-                b3 += s * x3
-            y[n, o], y[n + 1, o], y[n + 2, o], y[n + 3, o] = a0, a1, a2, a3
-            if two:
-                y[n, o + 1], y[n + 1, o + 1], y[n + 2, o + 1], y[n + 3, o + 1] = b0, b1, b2, b3
-            n += ROW_BLOCK
-        while n < rows:
-            a0 = b0 = np.float32(0.0)
-            for k in range(in_features):
-                a0 += pair[0, k] * x[n, k]
-                b0 += pair[1, k] * x[n, k]
-            y[n, o] = a0
-            if two:
-                y[n, o + 1] = b0
-            n += 1
+    x32 = torch.zeros(rows, in_p) if in_p != tiles.in_features else torch.empty(rows, in_p)  # [N, in_p]
+    x32[:, : tiles.in_features] = x
+    y = torch.empty(rows, out_p)  # [N, out_p] float32
+    kernels, w = _kernels(), tiles.data.data_ptr()
+    for start in range(0, rows, MAX_ROWS):
+        block = min(MAX_ROWS, rows - start)
+        kernels[block](w, x32[start].data_ptr(), y[start].data_ptr(), out_p, in_p, in_p, out_p)
+    return y[:, : tiles.out_features].to(torch.bfloat16)
 
 
-@cache
-def _kernel():
-    """The jitted kernel; None without numba (an optional speed-up: the layers keep nn.Linear's path). Imported
-    on first use, not with this module: a process that forks vLLM's workers must not hold llvmlite's modules, whose
-    attributes break vLLM's start-up scan of sys.modules (its Triton kernel overrides)."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    return numba.njit(fastmath=True, nogil=True, cache=True)(_rows_kernel)
-
-
-def kernel_available() -> bool:
-    """Whether numba imports here (the kernel compiles on first use, about a second, cached on disk after)."""
-    return _kernel() is not None
-
-
-def bf16_rows_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [N, in] bf16 @ weight.T ([out, in] bf16, contiguous) -> [N, out] bf16, by the kernel."""
-    x32 = x.to(torch.float32).contiguous()  # [N, in], exact
-    y = torch.empty(x.shape[0], weight.shape[0], dtype=torch.float32)  # [N, out]
-    _kernel()(weight.detach().view(torch.int16).numpy().view(np.uint16), x32.numpy(), y.numpy())
-    return y.to(torch.bfloat16)
-
-
-def bf16_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def bf16_rows_linear(
+    x: torch.Tensor, weight: torch.Tensor | Tiles, bias: torch.Tensor | None
+) -> torch.Tensor:
     """x [..., in] bf16 @ weight.T (+ bias) -> [..., out] bf16, by the kernel."""
-    y = bf16_rows_product(x.reshape(-1, weight.shape[1]), weight)  # [N, out]
+    in_features = weight.in_features if isinstance(weight, Tiles) else weight.shape[1]
+    y = bf16_rows_product(x.reshape(-1, in_features), weight)  # [N, out]
     if bias is not None:
         y = y + bias
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def cached_tiles(layer: nn.Linear) -> Tiles | None:
+    """`layer`'s weight packed (`pack_tiles`), kept on the layer while the weight is unchanged; None for an
+    inference tensor (no version counter to repack by)."""
+    w = layer.weight
+    if w.is_inference():
+        return None
+    key = (w.data_ptr(), w._version)
+    cached = getattr(layer, "_tiles", None)
+    if cached is None or cached[:2] != key:
+        with torch.no_grad():
+            cached = layer._tiles = (*key, pack_tiles(w))
+    return cached[2]
 
 
 class BF16RowsLinear(nn.Linear):
-    """`nn.Linear` whose bf16 CPU forward without gradients runs the kernel."""
+    """`nn.Linear` whose bf16 CPU forward without gradients runs the kernel (on its weight, packed on first use)."""
+
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the packed weight out (a copy packs its own)."""
+        return {k: v for k, v in super().__getstate__().items() if k != "_tiles"}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
-        w = self.weight
-        if not bf16_cpu_inference(x, w) or not w.is_contiguous():
+        tiles = cached_tiles(self) if bf16_cpu_inference(x, self.weight) else None
+        if tiles is None:
             return super().forward(x)
-        return bf16_rows_linear(x, w, self.bias)
+        return bf16_rows_linear(x, tiles, self.bias)
 
 
 def use_bf16_rows_linears(model: nn.Module) -> int:
     """Make every plain `nn.Linear` of a CPU `model` a `BF16RowsLinear` (in place; weights and state dict
     unchanged); return how many changed. Each forward decides: a float32 draft that trains keeps `nn.Linear`'s
     path, its bf16 serving copies (deep copies keep the class) run the kernel. A model on another device, or
-    no numba, is left as it is (0)."""
+    no llvmlite, is left as it is (0)."""
     return retype_cpu_linears(model, BF16RowsLinear, kernel_available)
+
+
+def kernel_available() -> bool:
+    """Whether llvmlite imports here (the kernels compile on first use, in about a second)."""
+    try:
+        import llvmlite.binding  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---- the kernel: LLVM IR, one function per number of input rows (1..MAX_ROWS) ------------------------------
+
+Kernel = Callable[
+    [int, int, int, int, int, int, int], None
+]  # (tiles, x, y, out_p, in_p, ldx, ldy): pointers, sizes
+
+
+@cache
+def _kernels() -> dict[int, Kernel]:
+    """{rows: the compiled kernel for that many input rows}. Imported and compiled on first use, not with this
+    module: a process that forks vLLM's workers must not hold llvmlite's modules, whose attributes break vLLM's
+    start-up scan of sys.modules (its Triton kernel overrides)."""
+    import llvmlite.binding as llvm
+
+    module, machine = _optimized_module()
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    _keep_alive.append(engine)  # the execution engine owns the compiled code
+    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 4)
+    return {n: signature(engine.get_function_address(f"bf16_rows_{n}")) for n in range(1, MAX_ROWS + 1)}
+
+
+_keep_alive: list = []
+
+
+def _optimized_module():  # noqa: ANN202 (llvmlite objects, imported on first use)
+    """(the kernels' module optimised, the target machine): this CPU's, or the one NUMBA_CPU_NAME and
+    NUMBA_CPU_FEATURES name (numba's rule: a name alone means that CPU's own default features)."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    name = os.environ.get("NUMBA_CPU_NAME")
+    features = os.environ.get("NUMBA_CPU_FEATURES", "" if name else llvm.get_host_cpu_features().flatten())
+    machine = llvm.Target.from_default_triple().create_target_machine(
+        cpu=name or llvm.get_host_cpu_name(), features=features, opt=3, jit=True
+    )
+    module = llvm.parse_assembly(kernels_ir())
+    module.verify()
+    passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
+    passes.getModulePassManager().run(module, passes)
+    return module, machine
+
+
+def assembly() -> str:
+    """The kernels' machine code as compiled here (e.g. to check which registers it uses)."""
+    module, machine = _optimized_module()
+    return machine.emit_assembly(module)
+
+
+def row_groups(rows: int) -> list[int]:
+    """How a kernel call splits its input rows into groups that share a tile's loads."""
+    return [GROUP_ROWS] * (rows // GROUP_ROWS) + ([rows % GROUP_ROWS] if rows % GROUP_ROWS else [])
+
+
+def kernels_ir() -> str:
+    """The LLVM IR of the kernels `bf16_rows_1` .. `bf16_rows_{MAX_ROWS}`."""
+    declarations = [
+        "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)",
+        "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)",
+    ]
+    return "\n".join(declarations + [_kernel_ir(rows) for rows in range(1, MAX_ROWS + 1)])
+
+
+def _kernel_ir(rows: int) -> str:
+    """y[n, o] = sum_k bf16(w)[o, k] x[n, k] for n < rows: w the tiles (i32 words), x float32 [rows, in_p] (row
+    stride ldx), y float32 [rows, out_p] (row stride ldy). For each tile: the row groups, one k loop each."""
+    lines = [
+        f"define void @bf16_rows_{rows}(i32* noalias %w, float* noalias %x, float* noalias %y, i64 %O, i64 %K,"
+        " i64 %ldx, i64 %ldy) {",
+        "entry:",
+        *[f"  %xrow{n} = mul i64 %ldx, {n}" for n in range(rows)],
+        *[f"  %yrow{n} = mul i64 %ldy, {n}" for n in range(rows)],
+        "  br label %tile",
+        "tile:",
+        "  %o = phi i64 [0, %entry], [%o_next, %tile_end]",
+        "  %tile_elements = mul i64 %o, %K",  # the tile o / TILE starts at o * K bf16, o * K / 2 words
+        "  %tile_base = lshr i64 %tile_elements, 1",
+    ]
+    previous, row0 = "tile", 0
+    for g, group in enumerate(row_groups(rows)):
+        lines += _group_ir(f"g{g}", previous, row0, group, prefetch=g == 0 and group >= 3)
+        previous, row0 = f"g{g}_end", row0 + group
+    lines += [
+        "  br label %tile_end",
+        "tile_end:",
+        f"  %o_next = add i64 %o, {TILE}",
+        "  %more = icmp ult i64 %o_next, %O",
+        "  br i1 %more, label %tile, label %exit",
+        "exit:",
+        "  ret void",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+_SPLAT16 = ", ".join(["i32 16"] * 8)
+_SPLAT_HIGH = ", ".join(["i32 -65536"] * 8)  # 0xFFFF0000
+_INTERLEAVE = ", ".join(f"i32 {j}" for i in range(8) for j in (i, i + 8))  # even, odd halves -> 16 outputs
+
+
+def _group_ir(tag: str, previous: str, row0: int, group: int, prefetch: bool) -> list[str]:
+    """The k loop of one row group over the tile at %o, then its stores: blocks {tag}_loop, {tag}_end."""
+    unroll = UNROLL[group]
+    sums = [(n, half, u) for n in range(group) for half in "eo" for u in range(unroll)]
+    t = tag
+    lines = [
+        f"  br label %{t}_loop",
+        f"{t}_loop:",
+        f"  %{t}_k = phi i64 [0, %{previous}], [%{t}_k_next, %{t}_loop]",
+        *[
+            f"  %{t}_s{n}{h}{u} = phi <8 x float> [zeroinitializer, %{previous}], [%{t}_s{n}{h}{u}_next, %{t}_loop]"
+            for n, h, u in sums
+        ],
+    ]
+    for u in range(unroll):
+        lines += [
+            f"  %{t}_k{u} = add i64 %{t}_k, {u}",
+            f"  %{t}_wk{u} = shl i64 %{t}_k{u}, 3",  # a k row of a tile: 16 bf16, 8 words
+            f"  %{t}_wi{u} = add i64 %tile_base, %{t}_wk{u}",
+            f"  %{t}_wq{u} = getelementptr i32, i32* %w, i64 %{t}_wi{u}",
+            f"  %{t}_wp{u} = bitcast i32* %{t}_wq{u} to <8 x i32>*",
+            f"  %{t}_words{u} = load <8 x i32>, <8 x i32>* %{t}_wp{u}, align 4",
+            f"  %{t}_ebits{u} = shl <8 x i32> %{t}_words{u}, <{_SPLAT16}>",
+            f"  %{t}_obits{u} = and <8 x i32> %{t}_words{u}, <{_SPLAT_HIGH}>",
+            f"  %{t}_we{u} = bitcast <8 x i32> %{t}_ebits{u} to <8 x float>",
+            f"  %{t}_wo{u} = bitcast <8 x i32> %{t}_obits{u} to <8 x float>",
+        ]
+        if prefetch:
+            lines += [
+                f"  %{t}_pq{u} = getelementptr i32, i32* %{t}_wq{u}, i64 {PREFETCH_WORDS}",
+                f"  %{t}_pb{u} = bitcast i32* %{t}_pq{u} to i8*",
+                f"  call void @llvm.prefetch.p0i8(i8* %{t}_pb{u}, i32 0, i32 3, i32 1)",
+            ]
+        for n in range(group):
+            lines += [
+                f"  %{t}_xi{n}{u} = add i64 %xrow{row0 + n}, %{t}_k{u}",
+                f"  %{t}_xq{n}{u} = getelementptr float, float* %x, i64 %{t}_xi{n}{u}",
+                f"  %{t}_xs{n}{u} = load float, float* %{t}_xq{n}{u}, align 4",
+                f"  %{t}_x1{n}{u} = insertelement <8 x float> undef, float %{t}_xs{n}{u}, i32 0",
+                f"  %{t}_x{n}{u} = shufflevector <8 x float> %{t}_x1{n}{u}, <8 x float> undef, <8 x i32> zeroinitializer",
+            ]
+    lines += [
+        f"  %{t}_s{n}{h}{u}_next = call <8 x float> @llvm.fma.v8f32(<8 x float> %{t}_w{h}{u}, "
+        f"<8 x float> %{t}_x{n}{u}, <8 x float> %{t}_s{n}{h}{u})"
+        for n, h, u in sums
+    ]
+    lines += [
+        f"  %{t}_k_next = add i64 %{t}_k, {unroll}",
+        f"  %{t}_more = icmp ult i64 %{t}_k_next, %K",
+        f"  br i1 %{t}_more, label %{t}_loop, label %{t}_end",
+        f"{t}_end:",
+    ]
+    for n in range(group):
+        totals = {}
+        for h in "eo":
+            totals[h] = f"%{t}_s{n}{h}0_next"
+            for u in range(1, unroll):
+                lines.append(f"  %{t}_t{n}{h}{u} = fadd <8 x float> {totals[h]}, %{t}_s{n}{h}{u}_next")
+                totals[h] = f"%{t}_t{n}{h}{u}"
+        lines += [
+            f"  %{t}_out{n} = shufflevector <8 x float> {totals['e']}, <8 x float> {totals['o']}, "
+            f"<16 x i32> <{_INTERLEAVE}>",
+            f"  %{t}_yi{n} = add i64 %yrow{row0 + n}, %o",
+            f"  %{t}_yq{n} = getelementptr float, float* %y, i64 %{t}_yi{n}",
+            f"  %{t}_yp{n} = bitcast float* %{t}_yq{n} to <16 x float>*",
+            f"  store <16 x float> %{t}_out{n}, <16 x float>* %{t}_yp{n}, align 4",
+        ]
+    return lines

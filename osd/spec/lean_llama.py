@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaForCausalLM, PreTrainedModel
 
-from osd.spec.bf16_rows import BF16RowsLinear, bf16_rows_product, kernel_available
+from osd.spec.bf16_rows import BF16RowsLinear, Tiles, bf16_rows_product, kernel_available, pack_tiles
 from osd.spec.cached_model import CachedModel
 from osd.spec.draft_vocab import SubVocabHead, full_vocab_logits
 from osd.spec.packed_linear import PackedLinear, pack_weight, packed_product, packing_available
@@ -114,10 +114,10 @@ def _contiguous(weight: torch.Tensor) -> torch.Tensor:
     return weight.contiguous()
 
 
-Prepared = torch.Tensor | PackedRows  # a weight as its product reads it: plain, packed, or both
+Prepared = torch.Tensor | Tiles | PackedRows  # a weight as its product reads it: plain, packed, tiles, or two
 PRODUCTS = {
     "packed": LeanProduct(torch.bfloat16, packing_available, pack_weight, packed_product),
-    "bf16_rows": LeanProduct(torch.bfloat16, kernel_available, _contiguous, bf16_rows_product),
+    "bf16_rows": LeanProduct(torch.bfloat16, kernel_available, pack_tiles, bf16_rows_product),
     "packed_rows": LeanProduct(
         torch.bfloat16, packed_rows_available, prepare_packed_rows, packed_rows_product
     ),

@@ -16,26 +16,33 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from osd.spec.bf16_rows import bf16_rows_linear, bf16_rows_product, kernel_available
+from osd.spec.bf16_rows import (
+    Tiles,
+    bf16_rows_linear,
+    bf16_rows_product,
+    cached_tiles,
+    kernel_available,
+    pack_tiles,
+)
 from osd.spec.packed_linear import PackedLinear, pack_weight, packed_product, packing_available
 from osd.spec.weight_major import bf16_cpu_inference, retype_cpu_linears
 
 
 def packed_rows_available() -> bool:
-    """Whether both halves run here: oneDNN's bf16 packing and the kernel (numba)."""
+    """Whether both halves run here: oneDNN's bf16 packing and the kernel (llvmlite)."""
     return packing_available() and kernel_available()
 
 
 class PackedRows(NamedTuple):
-    """A weight prepared for the lean step: as it is, for the kernel, and packed."""
+    """A weight prepared for the lean step: in the kernel's tiles, and packed for oneDNN."""
 
-    rows: torch.Tensor  # [out, in] bf16, contiguous
+    rows: Tiles  # for the kernel (`osd.spec.bf16_rows.pack_tiles`)
     packed: torch.Tensor  # the same, in oneDNN's blocked layout
 
 
 def prepare_packed_rows(weight: torch.Tensor) -> PackedRows:
     """A bf16 CPU weight [out, in] in both forms."""
-    return PackedRows(weight.contiguous(), pack_weight(weight))
+    return PackedRows(pack_tiles(weight), pack_weight(weight))
 
 
 def packed_rows_product(x: torch.Tensor, weight: PackedRows) -> torch.Tensor:
@@ -48,11 +55,16 @@ def packed_rows_product(x: torch.Tensor, weight: PackedRows) -> torch.Tensor:
 class PackedRowsLinear(PackedLinear):
     """`PackedLinear` whose bf16 CPU forward without gradients over a single row runs the rows kernel."""
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave both packed forms out."""
+        return {k: v for k, v in super().__getstate__().items() if k != "_tiles"}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
-        w = self.weight
-        if x.numel() == self.in_features and bf16_cpu_inference(x, w) and w.is_contiguous():
-            return bf16_rows_linear(x, w, self.bias)
-        return super().forward(x)
+        one_row = x.numel() == self.in_features and bf16_cpu_inference(x, self.weight)
+        tiles = cached_tiles(self) if one_row else None
+        if tiles is None:
+            return super().forward(x)
+        return bf16_rows_linear(x, tiles, self.bias)
 
 
 def use_packed_rows_linears(model: nn.Module) -> int:
