@@ -6,10 +6,11 @@ then costs 2.2-2.8 one-token steps, so verification eats what speculation saves.
 in LLVM IR and compiled here for this CPU by llvmlite, reads each bf16 weight once per pass and multiplies it
 with every input row while it is in registers:
 
-- the weight is packed once (`pack_tiles`) into tiles of 16 outputs, each stored k-major ([in, 16]), so that a
-  tile streams through memory in order;
-- a load of 16 bf16 weights (eight 32-bit words) gives two float32 vectors without a conversion: a word shifted
-  left by 16 bits is its even output's weight, the word with its low half cleared is its odd output's;
+- the weight is packed once (`pack_tiles`) into tiles of 16 outputs (32 where AVX-512 compiles: `tile_outputs`),
+  each stored k-major ([in, tile]), so that a tile streams through memory in order;
+- a vector load of a tile's bf16 weights at one k (32-bit words, two weights each) gives two float32 vectors
+  without a conversion: a word shifted left by 16 bits is its even output's weight, the word with its low half
+  cleared is its odd output's;
 - each vector is multiplied with every input row's element, broadcast, into one accumulator per row and half
   (outer products: no horizontal sums), up to 4 rows at a time, the tile then serving the next 4 rows from cache.
 
@@ -35,7 +36,6 @@ from torch import nn
 
 from osd.spec.weight_major import bf16_cpu_inference, retype_cpu_linears
 
-TILE = 16  # outputs a tile: one 32-byte load of bf16 weights, two float32 vectors of 8
 MAX_ROWS = 8  # input rows a kernel call multiplies (in groups of up to GROUP_ROWS); longer inputs take blocks
 GROUP_ROWS = 4  # rows a tile's weights are multiplied with at once: 8 accumulators of AVX2's 16 registers
 UNROLL = {1: 4, 2: 2, 3: 1, 4: 1}  # steps along `in` a loop iteration takes, by group rows: 6-8 accumulators
@@ -46,19 +46,20 @@ PREFETCH_WORDS = 1024  # groups of 3-4 rows prefetch the tile's weights this far
 class Tiles(NamedTuple):
     """A bf16 weight [out, in] packed for the kernel (`pack_tiles`)."""
 
-    data: torch.Tensor  # [out_p / TILE, in_p, TILE] bf16, contiguous; zero-padded to out_p, in_p
+    data: torch.Tensor  # [out_p / tile, in_p, tile] bf16, contiguous; zero-padded (`tile_outputs`)
     out_features: int
     in_features: int
 
 
 def pack_tiles(weight: torch.Tensor) -> Tiles:
-    """A bf16 CPU weight [out, in] as the kernel reads it: `out` padded to a multiple of TILE, `in` to one of
-    K_MULTIPLE, with zeros (they add nothing to a sum)."""
+    """A bf16 CPU weight [out, in] as the kernel reads it: `out` padded to a multiple of the tile's outputs, `in`
+    to one of K_MULTIPLE, with zeros (they add nothing to a sum)."""
     out_features, in_features = weight.shape
-    out_p, in_p = -(-out_features // TILE) * TILE, -(-in_features // K_MULTIPLE) * K_MULTIPLE
+    tile = tile_outputs()
+    out_p, in_p = -(-out_features // tile) * tile, -(-in_features // K_MULTIPLE) * K_MULTIPLE
     padded = torch.zeros(out_p, in_p, dtype=torch.bfloat16)
     padded[:out_features, :in_features] = weight.detach()
-    data = padded.view(out_p // TILE, TILE, in_p).transpose(1, 2).contiguous()  # [out_p / TILE, in_p, TILE]
+    data = padded.view(out_p // tile, tile, in_p).transpose(1, 2).contiguous()  # [out_p / tile, in_p, tile]
     return Tiles(data, out_features, in_features)
 
 
@@ -66,7 +67,7 @@ def bf16_rows_product(x: torch.Tensor, weight: torch.Tensor | Tiles) -> torch.Te
     """x [N, in] bf16 @ weight.T -> [N, out] bf16, by the kernel; `weight` as `pack_tiles` gives it (a plain
     [out, in] weight is packed for this call)."""
     tiles = weight if isinstance(weight, Tiles) else pack_tiles(weight)
-    out_p, in_p = tiles.data.shape[0] * TILE, tiles.data.shape[1]
+    out_p, in_p = tiles.data.shape[0] * tiles.data.shape[2], tiles.data.shape[1]
     rows = x.shape[0]
     x32 = torch.zeros(rows, in_p) if in_p != tiles.in_features else torch.empty(rows, in_p)  # [N, in_p]
     x32[:, : tiles.in_features] = x
@@ -159,19 +160,38 @@ def _kernels() -> dict[int, Kernel]:
 _keep_alive: list = []
 
 
+def _cpu() -> tuple[str | None, str]:
+    """(the CPU name, its features) the kernels compile for: NUMBA_CPU_NAME and NUMBA_CPU_FEATURES where set
+    (numba's rule: a name alone means that CPU's own default features), else this CPU's."""
+    import llvmlite.binding as llvm
+
+    name = os.environ.get("NUMBA_CPU_NAME")
+    return name, os.environ.get("NUMBA_CPU_FEATURES", "" if name else llvm.get_host_cpu_features().flatten())
+
+
+@cache
+def vector_floats() -> int:
+    """float32 lanes of the kernels' vectors: 16 where the features they compile for include AVX-512, else 8
+    (AVX2; also for a CPU named without features, whose own are not looked up)."""
+    return 16 if "+avx512f" in _cpu()[1].split(",") else 8
+
+
+def tile_outputs() -> int:
+    """Outputs a tile: one load of bf16 weights gives two float32 vectors (even and odd outputs)."""
+    return 2 * vector_floats()
+
+
 def _optimized_module():  # noqa: ANN202 (llvmlite objects, imported on first use)
-    """(the kernels' module optimised, the target machine): this CPU's, or the one NUMBA_CPU_NAME and
-    NUMBA_CPU_FEATURES name (numba's rule: a name alone means that CPU's own default features)."""
+    """(the kernels' module optimised, the target machine) for `_cpu()`."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    name = os.environ.get("NUMBA_CPU_NAME")
-    features = os.environ.get("NUMBA_CPU_FEATURES", "" if name else llvm.get_host_cpu_features().flatten())
+    name, features = _cpu()
     machine = llvm.Target.from_default_triple().create_target_machine(
         cpu=name or llvm.get_host_cpu_name(), features=features, opt=3, jit=True
     )
-    module = llvm.parse_assembly(kernels_ir())
+    module = llvm.parse_assembly(kernels_ir(vector_floats()))
     module.verify()
     passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
     passes.getModulePassManager().run(module, passes)
@@ -189,16 +209,16 @@ def row_groups(rows: int) -> list[int]:
     return [GROUP_ROWS] * (rows // GROUP_ROWS) + ([rows % GROUP_ROWS] if rows % GROUP_ROWS else [])
 
 
-def kernels_ir() -> str:
-    """The LLVM IR of the kernels `bf16_rows_1` .. `bf16_rows_{MAX_ROWS}`."""
+def kernels_ir(lanes: int) -> str:
+    """The LLVM IR of the kernels `bf16_rows_1` .. `bf16_rows_{MAX_ROWS}`, in vectors of `lanes` float32."""
     declarations = [
-        "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)",
+        f"declare <{lanes} x float> @llvm.fma.v{lanes}f32(<{lanes} x float>, <{lanes} x float>, <{lanes} x float>)",
         "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)",
     ]
-    return "\n".join(declarations + [_kernel_ir(rows) for rows in range(1, MAX_ROWS + 1)])
+    return "\n".join(declarations + [_kernel_ir(rows, lanes) for rows in range(1, MAX_ROWS + 1)])
 
 
-def _kernel_ir(rows: int) -> str:
+def _kernel_ir(rows: int, lanes: int) -> str:
     """y[n, o] = sum_k bf16(w)[o, k] x[n, k] for n < rows: w the tiles (i32 words), x float32 [rows, in_p] (row
     stride ldx), y float32 [rows, out_p] (row stride ldy). For each tile: the row groups, one k loop each."""
     lines = [
@@ -210,17 +230,17 @@ def _kernel_ir(rows: int) -> str:
         "  br label %tile",
         "tile:",
         "  %o = phi i64 [0, %entry], [%o_next, %tile_end]",
-        "  %tile_elements = mul i64 %o, %K",  # the tile o / TILE starts at o * K bf16, o * K / 2 words
+        "  %tile_elements = mul i64 %o, %K",  # the tile at output o starts at o * K bf16, o * K / 2 words
         "  %tile_base = lshr i64 %tile_elements, 1",
     ]
     previous, row0 = "tile", 0
     for g, group in enumerate(row_groups(rows)):
-        lines += _group_ir(f"g{g}", previous, row0, group, prefetch=g == 0 and group >= 3)
+        lines += _group_ir(f"g{g}", previous, row0, group, lanes, prefetch=g == 0 and group >= 3)
         previous, row0 = f"g{g}_end", row0 + group
     lines += [
         "  br label %tile_end",
         "tile_end:",
-        f"  %o_next = add i64 %o, {TILE}",
+        f"  %o_next = add i64 %o, {2 * lanes}",
         "  %more = icmp ult i64 %o_next, %O",
         "  br i1 %more, label %tile, label %exit",
         "exit:",
@@ -230,14 +250,13 @@ def _kernel_ir(rows: int) -> str:
     return "\n".join(lines)
 
 
-_SPLAT16 = ", ".join(["i32 16"] * 8)
-_SPLAT_HIGH = ", ".join(["i32 -65536"] * 8)  # 0xFFFF0000
-_INTERLEAVE = ", ".join(f"i32 {j}" for i in range(8) for j in (i, i + 8))  # even, odd halves -> 16 outputs
-
-
-def _group_ir(tag: str, previous: str, row0: int, group: int, prefetch: bool) -> list[str]:
+def _group_ir(tag: str, previous: str, row0: int, group: int, lanes: int, prefetch: bool) -> list[str]:
     """The k loop of one row group over the tile at %o, then its stores: blocks {tag}_loop, {tag}_end."""
     unroll = UNROLL[group]
+    f, i32, wide = f"<{lanes} x float>", f"<{lanes} x i32>", f"<{2 * lanes} x float>"
+    splat16 = ", ".join(["i32 16"] * lanes)
+    high = ", ".join(["i32 -65536"] * lanes)  # 0xFFFF0000
+    interleave = ", ".join(f"i32 {j}" for i in range(lanes) for j in (i, i + lanes))  # even, odd -> outputs
     sums = [(n, half, u) for n in range(group) for half in "eo" for u in range(unroll)]
     t = tag
     lines = [
@@ -245,22 +264,22 @@ def _group_ir(tag: str, previous: str, row0: int, group: int, prefetch: bool) ->
         f"{t}_loop:",
         f"  %{t}_k = phi i64 [0, %{previous}], [%{t}_k_next, %{t}_loop]",
         *[
-            f"  %{t}_s{n}{h}{u} = phi <8 x float> [zeroinitializer, %{previous}], [%{t}_s{n}{h}{u}_next, %{t}_loop]"
+            f"  %{t}_s{n}{h}{u} = phi {f} [zeroinitializer, %{previous}], [%{t}_s{n}{h}{u}_next, %{t}_loop]"
             for n, h, u in sums
         ],
     ]
     for u in range(unroll):
         lines += [
             f"  %{t}_k{u} = add i64 %{t}_k, {u}",
-            f"  %{t}_wk{u} = shl i64 %{t}_k{u}, 3",  # a k row of a tile: 16 bf16, 8 words
+            f"  %{t}_wk{u} = mul i64 %{t}_k{u}, {lanes}",  # a k row of a tile: 2 lanes bf16, `lanes` words
             f"  %{t}_wi{u} = add i64 %tile_base, %{t}_wk{u}",
             f"  %{t}_wq{u} = getelementptr i32, i32* %w, i64 %{t}_wi{u}",
-            f"  %{t}_wp{u} = bitcast i32* %{t}_wq{u} to <8 x i32>*",
-            f"  %{t}_words{u} = load <8 x i32>, <8 x i32>* %{t}_wp{u}, align 4",
-            f"  %{t}_ebits{u} = shl <8 x i32> %{t}_words{u}, <{_SPLAT16}>",
-            f"  %{t}_obits{u} = and <8 x i32> %{t}_words{u}, <{_SPLAT_HIGH}>",
-            f"  %{t}_we{u} = bitcast <8 x i32> %{t}_ebits{u} to <8 x float>",
-            f"  %{t}_wo{u} = bitcast <8 x i32> %{t}_obits{u} to <8 x float>",
+            f"  %{t}_wp{u} = bitcast i32* %{t}_wq{u} to {i32}*",
+            f"  %{t}_words{u} = load {i32}, {i32}* %{t}_wp{u}, align 4",
+            f"  %{t}_ebits{u} = shl {i32} %{t}_words{u}, <{splat16}>",
+            f"  %{t}_obits{u} = and {i32} %{t}_words{u}, <{high}>",
+            f"  %{t}_we{u} = bitcast {i32} %{t}_ebits{u} to {f}",
+            f"  %{t}_wo{u} = bitcast {i32} %{t}_obits{u} to {f}",
         ]
         if prefetch:
             lines += [
@@ -273,12 +292,12 @@ def _group_ir(tag: str, previous: str, row0: int, group: int, prefetch: bool) ->
                 f"  %{t}_xi{n}{u} = add i64 %xrow{row0 + n}, %{t}_k{u}",
                 f"  %{t}_xq{n}{u} = getelementptr float, float* %x, i64 %{t}_xi{n}{u}",
                 f"  %{t}_xs{n}{u} = load float, float* %{t}_xq{n}{u}, align 4",
-                f"  %{t}_x1{n}{u} = insertelement <8 x float> undef, float %{t}_xs{n}{u}, i32 0",
-                f"  %{t}_x{n}{u} = shufflevector <8 x float> %{t}_x1{n}{u}, <8 x float> undef, <8 x i32> zeroinitializer",
+                f"  %{t}_x1{n}{u} = insertelement {f} undef, float %{t}_xs{n}{u}, i32 0",
+                f"  %{t}_x{n}{u} = shufflevector {f} %{t}_x1{n}{u}, {f} undef, {i32} zeroinitializer",
             ]
     lines += [
-        f"  %{t}_s{n}{h}{u}_next = call <8 x float> @llvm.fma.v8f32(<8 x float> %{t}_w{h}{u}, "
-        f"<8 x float> %{t}_x{n}{u}, <8 x float> %{t}_s{n}{h}{u})"
+        f"  %{t}_s{n}{h}{u}_next = call {f} @llvm.fma.v{lanes}f32({f} %{t}_w{h}{u}, "
+        f"{f} %{t}_x{n}{u}, {f} %{t}_s{n}{h}{u})"
         for n, h, u in sums
     ]
     lines += [
@@ -292,14 +311,13 @@ def _group_ir(tag: str, previous: str, row0: int, group: int, prefetch: bool) ->
         for h in "eo":
             totals[h] = f"%{t}_s{n}{h}0_next"
             for u in range(1, unroll):
-                lines.append(f"  %{t}_t{n}{h}{u} = fadd <8 x float> {totals[h]}, %{t}_s{n}{h}{u}_next")
+                lines.append(f"  %{t}_t{n}{h}{u} = fadd {f} {totals[h]}, %{t}_s{n}{h}{u}_next")
                 totals[h] = f"%{t}_t{n}{h}{u}"
         lines += [
-            f"  %{t}_out{n} = shufflevector <8 x float> {totals['e']}, <8 x float> {totals['o']}, "
-            f"<16 x i32> <{_INTERLEAVE}>",
+            f"  %{t}_out{n} = shufflevector {f} {totals['e']}, {f} {totals['o']}, <{2 * lanes} x i32> <{interleave}>",
             f"  %{t}_yi{n} = add i64 %yrow{row0 + n}, %o",
             f"  %{t}_yq{n} = getelementptr float, float* %y, i64 %{t}_yi{n}",
-            f"  %{t}_yp{n} = bitcast float* %{t}_yq{n} to <16 x float>*",
-            f"  store <16 x float> %{t}_out{n}, <16 x float>* %{t}_yp{n}, align 4",
+            f"  %{t}_yp{n} = bitcast float* %{t}_yq{n} to {wide}*",
+            f"  store {wide} %{t}_out{n}, {wide}* %{t}_yp{n}, align 4",
         ]
     return lines

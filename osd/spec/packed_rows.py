@@ -1,12 +1,12 @@
-"""bf16 linear layers that step one token by the rows kernel and run longer passes on oneDNN-packed weights.
+"""bf16 linear layers that run steps and short passes by the rows kernel and prompts on oneDNN-packed weights.
 
 On some CPUs with bf16 instructions (an AMD EPYC with AVX512-BF16 and no AMX) the bf16-rows kernel
-(`osd.spec.bf16_rows`) steps one token faster than oneDNN's packed GEMM, whose passes over a few tokens or a
-prompt cost about what its step costs, where the kernel's grow with every row. A target decoding alone is then
-fastest with both: its prompt on the packed weights, its steps by the kernel. `PackedRowsLinear` is a
-`PackedLinear` (the same weight, its packed copy made on first use) whose bf16 forward over a single row runs
-the kernel; the lean step holds both forms of each product (`PackedRows`). Opt-in
-(`use_packed_rows_linears`); `osd.spec.serving_choice` measures when it pays.
+(`osd.spec.bf16_rows`) steps one token, and verifies a few, faster than oneDNN's packed GEMM, which is faster
+over a prompt. A target is then fastest with both: its prompt on the packed weights, its steps and
+verifications (up to `MAX_ROWS` tokens) by the kernel. `PackedRowsLinear` is a `PackedLinear` (the same weight,
+its packed copy made on first use) whose bf16 forward over up to `MAX_ROWS` rows runs the kernel; the lean step
+holds both forms of each product (`PackedRows`). Opt-in (`use_packed_rows_linears`); `osd.spec.serving_choice`
+measures when it pays.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from osd.spec.bf16_rows import (
+    MAX_ROWS,
     Tiles,
     bf16_rows_linear,
     bf16_rows_product,
@@ -46,22 +47,22 @@ def prepare_packed_rows(weight: torch.Tensor) -> PackedRows:
 
 
 def packed_rows_product(x: torch.Tensor, weight: PackedRows) -> torch.Tensor:
-    """x [N, in] @ weight.T -> [N, out]: by the kernel for one row, on the packed weight for more."""
-    if x.shape[0] == 1:
+    """x [N, in] @ weight.T -> [N, out]: by the kernel for up to MAX_ROWS rows, on the packed weight for more."""
+    if x.shape[0] <= MAX_ROWS:
         return bf16_rows_product(x, weight.rows)
     return packed_product(x, weight.packed)
 
 
 class PackedRowsLinear(PackedLinear):
-    """`PackedLinear` whose bf16 CPU forward without gradients over a single row runs the rows kernel."""
+    """`PackedLinear` whose bf16 CPU forward without gradients over up to MAX_ROWS rows runs the rows kernel."""
 
     def __getstate__(self) -> dict:
         """Copies and pickles leave both packed forms out."""
         return {k: v for k, v in super().__getstate__().items() if k != "_tiles"}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
-        one_row = x.numel() == self.in_features and bf16_cpu_inference(x, self.weight)
-        tiles = cached_tiles(self) if one_row else None
+        few_rows = x.numel() <= MAX_ROWS * self.in_features and bf16_cpu_inference(x, self.weight)
+        tiles = cached_tiles(self) if few_rows else None
         if tiles is None:
             return super().forward(x)
         return bf16_rows_linear(x, tiles, self.bias)

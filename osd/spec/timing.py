@@ -337,7 +337,7 @@ def machine(device: torch.device | str = "cpu") -> dict[str, object]:
         "torch_threads": torch.get_num_threads(),
     }
     limits = {k: os.environ[k] for k in ISA_LIMITS if k in os.environ}
-    if limits:  # an older CPU emulated: the instruction sets torch, oneDNN, MKL and numba were held to
+    if limits:  # an older CPU emulated: the instruction sets torch, oneDNN, MKL and LLVM were held to
         info["isa_limits"] = limits
     device = torch.device(device)
     if device.type == "cuda":

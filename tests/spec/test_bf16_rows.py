@@ -13,7 +13,13 @@ import pytest
 import torch
 from torch import nn
 
-from osd.spec.bf16_rows import BF16RowsLinear, bf16_rows_product, kernel_available, use_bf16_rows_linears
+from osd.spec.bf16_rows import (
+    BF16RowsLinear,
+    bf16_rows_product,
+    kernel_available,
+    pack_tiles,
+    use_bf16_rows_linears,
+)
 from tests.spec.references import (
     assert_layout_keeps_greedy_output,
     assert_same_linear_gradients,
@@ -24,16 +30,22 @@ from tests.tiny_models import FAMILIES, tiny_model
 pytestmark = pytest.mark.skipif(not kernel_available(), reason="llvmlite is not installed")
 
 
-@pytest.mark.parametrize("rows", [1, 3, 4, 5, 9, 40])
-def test_product_is_the_float32_sum_rounded_once_to_bf16(rows):
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 9, 40])
+@pytest.mark.parametrize(
+    "out_in", [(70, 96), (32, 30)]
+)  # padded outputs (not a multiple of 16); padded inputs
+def test_product_is_the_float32_sum_rounded_once_to_bf16(rows, out_in):
     """Against float64 arithmetic on the same bf16 values: the kernel's float32 sum differs from the exact
-    one by float32 rounding, so rounded to bf16 it is within one bf16 step of the exact sum's rounding."""
+    one by float32 rounding, so rounded to bf16 it is within one bf16 step of the exact sum's rounding. Every
+    kernel (1..8 rows), longer inputs in blocks, shapes the tiles pad."""
     torch.manual_seed(rows)
-    x = torch.randn(rows, 96, dtype=torch.bfloat16)
-    w = torch.randn(70, 96, dtype=torch.bfloat16)
+    out_features, in_features = out_in
+    x = torch.randn(rows, in_features, dtype=torch.bfloat16)
+    w = torch.randn(out_features, in_features, dtype=torch.bfloat16)
     y = bf16_rows_product(x, w)
-    exact = x.double() @ w.double().T  # [rows, 70]
-    assert y.dtype == torch.bfloat16 and y.shape == (rows, 70)
+    assert torch.equal(bf16_rows_product(x, pack_tiles(w)), y)  # packed once or for the call: the same
+    exact = x.double() @ w.double().T  # [rows, out]
+    assert y.dtype == torch.bfloat16 and y.shape == (rows, out_features)
     torch.testing.assert_close(y.double(), exact, rtol=2**-7, atol=1e-6)
     same = (y == exact.to(torch.bfloat16)).float().mean().item()
     assert same > 0.95, same  # rounding the float32 sum rarely lands on another bf16 than the exact sum's
@@ -68,6 +80,19 @@ def test_every_plain_linear_changes_once_and_serving_copies_keep_the_class():
     assert set(model.state_dict()) == keys and use_bf16_rows_linears(model) == 0
     served = copy.deepcopy(model).to(torch.bfloat16)
     assert sum(type(m) is BF16RowsLinear for m in served.modules()) == plain
+
+
+@torch.no_grad()
+def test_the_packed_weight_follows_an_update_in_place_and_copies_pack_their_own():
+    """A serving copy's weights change in place at every online update: the layer packs them again."""
+    torch.manual_seed(0)
+    layer = retyped_copy(nn.Linear(32, 48, bias=False).to(torch.bfloat16), BF16RowsLinear)
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    before = layer(x)
+    layer.weight.mul_(2)  # exact in bf16: the products double
+    assert torch.equal(layer(x), 2 * before)
+    copied = copy.deepcopy(layer)
+    assert "_tiles" not in copied.__dict__ and torch.equal(copied(x), 2 * before)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from osd.spec.bf16_rows import bf16_rows_product
+from osd.spec.bf16_rows import MAX_ROWS, bf16_rows_product
 from osd.spec.lean_llama import target_cache
 from osd.spec.packed_linear import pack_weight, packed_product
 from osd.spec.packed_rows import (
@@ -22,34 +22,34 @@ from tests.spec.references import assert_layout_keeps_greedy_output, retyped_cop
 from tests.tiny_models import FAMILIES, tiny_model
 
 pytestmark = pytest.mark.skipif(
-    not packed_rows_available(), reason="needs oneDNN's bf16 packing and numba (the rows kernel)"
+    not packed_rows_available(), reason="needs oneDNN's bf16 packing and llvmlite (the rows kernel)"
 )
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("rows", [1, 2, MAX_ROWS, MAX_ROWS + 1])
 @torch.no_grad()
-def test_one_row_takes_the_kernel_and_more_rows_the_packed_weight(rows):
+def test_up_to_max_rows_take_the_kernel_and_more_rows_the_packed_weight(rows):
     torch.manual_seed(rows)
     x = torch.randn(rows, 96, dtype=torch.bfloat16)
     w = torch.randn(70, 96, dtype=torch.bfloat16)
     y = packed_rows_product(x, prepare_packed_rows(w))
-    expected = bf16_rows_product(x, w) if rows == 1 else packed_product(x, pack_weight(w))
+    expected = bf16_rows_product(x, w) if rows <= MAX_ROWS else packed_product(x, pack_weight(w))
     assert torch.equal(y, expected)
 
 
-@pytest.mark.parametrize("shape", [(1, 16), (1, 1, 16), (2, 3, 16), (4, 16)])
+@pytest.mark.parametrize("shape", [(1, 16), (1, 1, 16), (2, 3, 16), (4, 16), (3, 4, 16)])
 @pytest.mark.parametrize("bias", [True, False])
 @torch.no_grad()
-def test_forward_is_the_kernels_for_one_row_and_the_packed_layers_for_more(shape, bias):
+def test_forward_is_the_kernels_up_to_max_rows_and_the_packed_layers_for_more(shape, bias):
     torch.manual_seed(0)
     linear = nn.Linear(16, 48, bias=bias).to(torch.bfloat16)
     x = torch.randn(shape, dtype=torch.bfloat16)
     layer = retyped_copy(linear, PackedRowsLinear)
     y = layer(x)
-    one_row = x.numel() == 16
-    assert (layer._packed is None) == one_row  # the packed copy is made by the first pass over more rows
+    few_rows = x.numel() <= MAX_ROWS * 16
+    assert (layer._packed is None) == few_rows  # the packed copy is made by the first pass over more rows
     flat = x.reshape(-1, 16)
-    if one_row:  # the kernel's product, then the bias
+    if few_rows:  # the kernel's product, then the bias
         expected = bf16_rows_product(flat, linear.weight) + (linear.bias if bias else 0)
     else:  # oneDNN adds the bias within the product
         expected = packed_product(flat, pack_weight(linear.weight), linear.bias)
