@@ -26,6 +26,7 @@ measures when it pays.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 from collections.abc import Callable
 from functools import cache
@@ -127,12 +128,9 @@ def use_bf16_rows_linears(model: nn.Module) -> int:
 
 
 def kernel_available() -> bool:
-    """Whether llvmlite imports here (the kernels compile on first use, in about a second)."""
-    try:
-        import llvmlite.binding  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether llvmlite is installed here (looked up, not imported: see `_kernels`; the kernels compile on first
+    use, in about a second)."""
+    return importlib.util.find_spec("llvmlite") is not None
 
 
 # ---- the kernel: LLVM IR, one function per number of input rows (1..MAX_ROWS) ------------------------------
