@@ -14,8 +14,11 @@ by replaying recipes over a recording of this stream (`osd.analysis.online_repla
 
 At start-up it measures this machine (osd.spec.serving_choice, about 20 s): the target's step and its
 passes over a few tokens in each dtype and layout on offer, and the draft's step. Speculative decoding
-serves the target as Eq. 2 predicts fastest at --expected_alpha (gamma too), and every speedup is over
-the fastest target-alone configuration; --dtype, --linears and --gamma force a choice.
+serves the target as Eq. 2 predicts fastest at --expected_alpha, Standard SD at that gamma; the online
+draft, whose alpha climbs through each domain and falls at the next, takes its gamma step by step
+(adaptive gamma, osd.spec.adaptive, starting from these measurements). Every speedup is over the fastest
+target-alone configuration; --dtype and --linears force a choice, --gamma a fixed gamma for both drafts
+(the paper's setting; an EAGLE-3 head always serves at a fixed gamma).
 
 The report (osd.demo.report), on the last --tail queries of each domain: alpha of Standard SD (the
 untouched draft), of the online draft and of a recorded offline ceiling (--ceiling); tokens/s of the
@@ -60,12 +63,16 @@ from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR,
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.drafter import Drafter
-from osd.spec.gamma import NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
-from osd.spec.serving_choice import AUTO, DTYPES, LAYOUTS, available_layouts, measure_and_choose
+from osd.spec.gamma import AUTO as ADAPTIVE
+from osd.spec.gamma import NEEDS_PROPOSALS, Gamma, add_gamma_flag
+from osd.spec.serving_choice import AUTO, DTYPES, LAYOUTS, Choice, available_layouts, measure_and_choose
 from osd.spec.timing import machine
 from osd.streams import abrupt_stream
 from osd.user_errors import non_negative_float, non_negative_int, run_main
 
+ADAPTIVE_BY_DEFAULT = (
+    "without --gamma the online draft's gamma is adaptive (Standard SD's is chosen at start-up)"
+)
 CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling"  # one file per gamma
 PRESET = OnlineArguments(
     online_eval_interval=1, online_steps_per_update=4, online_loss_positions="all",
@@ -114,10 +121,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="in place of --draft_vocab_rows_only: only the layers learn",
     )
-    add_gamma_flag(parser, None, "None: chosen at start-up", plain_decoding=NEEDS_PROPOSALS, auto=NO_POLICY)
+    add_gamma_flag(parser, None, "None: Standard SD at the start-up choice's, online SD adaptive; N: both at N",
+                   plain_decoding=NEEDS_PROPOSALS, auto=ADAPTIVE_BY_DEFAULT)  # fmt: skip
     add("--max_gamma", type=int, default=5, help="the largest gamma the start-up choice considers")
-    add("--expected_alpha", type=float, default=0.5,
-        help="the alpha at which the start-up choice maximises Eq. 2 (the Standard draft's is ~0.4, the online one's ~0.6)")  # fmt: skip
+    add("--expected_alpha", type=float, default=0.4,
+        help="the Standard draft's expected alpha: the start-up choice maximises Eq. 2 there; the online draft's "
+        "adaptive gamma starts from it")  # fmt: skip
     add("--max_new_tokens", type=int, default=32)
     add("--target", default=str(TARGET_PATH), help="target (teacher): hub name or path")
     add("--draft", default=str(DRAFT_PATH), help="draft (student) to start from")
@@ -184,19 +193,25 @@ class DrafterRun:
     updates: int
     shares: dict[str, float]  # update time on the serving path and in the background, over serving time
     plot: Path
+    gammas: dict[str, Gamma]  # Standard SD's and online SD's ("auto": adaptive)
 
 
 def serve_online(
     args: argparse.Namespace, online: OnlineArguments, out: Path, learning_rate: float, models: tuple,
-    ceiling_path: str, stream: list[dict], dataset: ConversationDataset, layout, prompt_tokens: int,
+    ceiling_path: str, choice: Choice, stream: list[dict], dataset: ConversationDataset, prompt_tokens: int,
     run_name: str | None = None,
 ) -> DrafterRun:  # fmt: skip
     """Serve the stream online with one drafter (models: the drafter that learns, its untouched serving copy, the
     served target, the target as it decodes fastest alone, the tokenizer), then its Standard SD and the target alone
-    on each domain's tail (timed beside each drafter's pass: a machine's speed drifts over a run).
+    on each domain's tail (timed beside each drafter's pass: a machine's speed drifts over a run), as `choice`
+    (the start-up measurement) serves them: Standard SD at its gamma, online SD at adaptive gamma from its
+    measurements unless --gamma is given or a head drafts (then at that gamma too).
     The tables' ceiling is read from `ceiling_path`; its draft, block drafts and metrics go in `out`, its wandb run
     (if reported) is named `run_name` (default: built from the models and stream)."""
     draft, standard, teacher, baseline, tokenizer = models
+    adaptive = args.gamma is None and online.drafter == "model"
+    gammas: dict[str, Gamma] = {"standard": choice.gamma, "online": ADAPTIVE if adaptive else choice.gamma}
+    layout = LAYOUTS[choice.layout]
     if layout.dtype == "bfloat16" and layout.retype is not None:  # the drafts' bf16 serving copies alike
         for model in (draft, standard):
             layout.retype(model)
@@ -205,7 +220,7 @@ def serve_online(
     training_args = DistillTrainingArguments(
         output_dir=str(out), mode="online", per_device_train_batch_size=1, num_train_epochs=1,
         learning_rate=learning_rate, optim="adamw_torch_fused", lr_scheduler_type="constant", weight_decay=0.0,
-        max_grad_norm=0.0, kl_method=args.kl_method, max_propose_num=args.gamma, max_new_tokens=args.max_new_tokens,
+        max_grad_norm=0.0, kl_method=args.kl_method, max_propose_num=gammas["online"], max_new_tokens=args.max_new_tokens,
         freeze_embeddings=args.freeze_embeddings, draft_vocab_rows_only=rows_only, eval_on_start=False,
         save_strategy="no", logging_steps=10**9, report_to=args.report_to, run_name=run_name, use_cpu=args.device == "cpu",
         disable_tqdm=True, seed=0, **vars(online),
@@ -217,25 +232,32 @@ def serve_online(
                 "data_path": str(Path(args.output_dir).resolve() / "stream.json"),  # both drafters' stream
                 "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}"}  # fmt: skip
     trainer = build_trainer(training_args, draft, teacher, tokenizer, dataset, run_info=repo_relative(run_info),
-                            callbacks=[StreamProgress(stream, blocks, lag=int(online.online_background_update))])  # fmt: skip
+                            callbacks=[StreamProgress(stream, blocks, lag=int(online.online_background_update))],
+                            gamma_policy=choice.gamma_policy() if adaptive else None)  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # the progress bar shows alpha; no dict per query
     trainer.train()
     trainer.save_model(str(out / "draft"))
     state = trainer.loop.state  # the run's records: one QueryStats per query served
 
-    decoder = SpeculativeDecoder(standard, teacher, gamma=args.gamma)
+    decoder = SpeculativeDecoder(standard, teacher, gamma=gammas["standard"])
     rows = report.tail_rows(stream, dataset, state.queries, decoder, baseline, tokenizer.eos_token_id, args)
-    ceiling = report.recorded_ceiling(ceiling_path, stream, args, drafter_path) if drafter_path else None
+    # the ceiling recorded at the start-up choice's gamma (Standard SD's; online SD's unless adaptive)
+    ceiling = (
+        report.recorded_ceiling(ceiling_path, stream, args, drafter_path, choice.gamma)
+        if drafter_path
+        else None
+    )
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
-    costs = report.machine_costs(standard, teacher, baseline, args.gamma, prompt_tokens, rows)
+    max_gamma = len(choice.measured[choice.layout].pass_s) - 1
+    costs = report.machine_costs(standard, teacher, baseline, gammas, prompt_tokens, rows, max_gamma)
     name = TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name
     png = report.plot_run(
         state.queries, rows, stream, out / "alpha.png", name, args, online.online_update_interval
     )
     shares = {"update_time_share": state.update_time_s / state.serve_time_s,
               "background_update_share": state.background_update_time_s / state.serve_time_s}  # fmt: skip
-    return DrafterRun(state.queries, rows, costs, state.updates, shares, png)
+    return DrafterRun(state.queries, rows, costs, state.updates, shares, png, gammas)
 
 
 def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
@@ -258,9 +280,11 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
         load_model(args.target, None, None).eval(), apply_draft_vocab(standard), args.expected_alpha,
         args.max_gamma, prompt_tokens, args.max_new_tokens, args.dtype, args.linears, args.gamma, args.device,
     )  # fmt: skip
-    print("\n".join(["serving configuration, measured at start-up:", *choice.lines()]), flush=True)
-    args.gamma, teacher, baseline = choice.gamma, targets[choice.layout], targets[choice.baseline]
-    common = (stream, dataset, LAYOUTS[choice.layout], prompt_tokens)
+    online_gamma = f"gamma {args.gamma}" if args.gamma is not None else "adaptive gamma from these costs"
+    print("\n".join(["serving configuration, measured at start-up:", *choice.lines(),
+                     f"online SD (a draft model): {online_gamma}"]), flush=True)  # fmt: skip
+    teacher, baseline = targets[choice.layout], targets[choice.baseline]
+    common = (choice, stream, dataset, prompt_tokens)
     models = (draft, standard, teacher, baseline, tokenizer)
     main_run = serve_online(args, online, out, args.learning_rate, models, args.ceiling, *common,
                             run_name=args.run_name)  # fmt: skip
@@ -289,8 +313,8 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
         if result is None:
             continue
         print(f"\n=== {label}{' (--compare_head, the same stream)' if result is head_run else ''} ===")
-        report.print_tables(result.rows, args.gamma)
-        report.print_costs(result.costs, summary["machine"], args.gamma, choice.layout, choice.baseline)
+        report.print_tables(result.rows, result.gammas)
+        report.print_costs(result.costs, summary["machine"], result.gammas, choice.layout, choice.baseline)
         print(f"update time / serving time: {result.shares['update_time_share']:.3f} on the serving path, "
               f"{result.shares['background_update_share']:.3f} in the background ({result.updates} updates)")  # fmt: skip
         print(f"plot: {result.plot}")
@@ -304,7 +328,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
 def run_summary(result: DrafterRun) -> dict:
     """A drafter's pass as summary.json keeps it."""
     return {"costs": result.costs, "domains": result.rows, "plot": str(result.plot), "updates": result.updates,
-            **result.shares}  # fmt: skip
+            "gammas": result.gammas, **result.shares}  # fmt: skip
 
 
 if __name__ == "__main__":

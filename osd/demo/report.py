@@ -19,6 +19,7 @@ from osd.paths import REPO_ROOT
 from osd.plots import dataset_bands, plot_alpha
 from osd.spec import AcceptanceStats, SpeculativeDecoder
 from osd.spec.evaluate import target_only_greedy
+from osd.spec.gamma import AUTO, Gamma
 from osd.spec.timing import prefill_time, target_pass_time
 
 
@@ -100,10 +101,12 @@ def segment_lines(rows: list[dict]) -> dict[str, list[tuple[int, int, float]]]:
     return lines
 
 
-def print_tables(rows: list[dict], gamma: int) -> None:
+def print_tables(rows: list[dict], gammas: dict[str, Gamma]) -> None:
     counts = sorted({len(r["queries"]) for r in rows})
     noun = "query" if counts == [1] else "queries"
-    print(f"\nlast {'/'.join(map(str, counts))} {noun} of each domain in the stream (greedy, gamma {gamma}):")
+    online = "adaptive" if gammas["online"] == AUTO else gammas["online"]
+    print(f"\nlast {'/'.join(map(str, counts))} {noun} of each domain in the stream (greedy; gamma: Standard SD "
+          f"{gammas['standard']}, online SD {online}):")  # fmt: skip
     print(f"{'domain':<10} {'Standard alpha':>15} {'online alpha':>13} {'offline ceiling':>16}")
     for r in rows:
         ceiling = format_alpha(r.get("ceiling"))
@@ -160,44 +163,69 @@ def mean_tail_alpha(rows: list[dict], run: str) -> float | None:
 
 
 def machine_costs(
-    standard, target, baseline, gamma: int, prompt_tokens: int, rows: list[dict]
-) -> dict[str, float | None]:
-    """This machine's costs, measured after serving (a few seconds), in steps of the served target: c (a
-    draft step in a chain of gamma between target passes, as the engine takes it), the verification of gamma + 1
-    tokens, the prefill of a mean prompt, and the baseline's step and prefill (`baseline`: the target as it decodes fastest alone). At the mean tail alphas, over the
-    baseline: Eq. 2 with the measured verification cost (`eq2_*`), and the same with each side's prefill
-    charged to queries of the tails' mean length (`prefill_eq2_*`, `osd.cost_model.query_time`); `*_ceiling` at
-    the rows' recorded offline ceilings (None without one)."""
+    standard, target, baseline, gammas: dict[str, Gamma], prompt_tokens: int, rows: list[dict], max_gamma: int
+) -> dict[str, float | int | None]:
+    """This machine's costs, measured after serving (a few seconds), in steps of the served target: c (a draft step
+    in a chain of gamma between target passes, as the engine takes it), the verification of gamma + 1 tokens, the
+    prefill of a mean prompt, and the baseline's step and prefill (`baseline`: the target as it decodes fastest
+    alone). At the mean tail alphas, over the baseline: Eq. 2 with the measured verification cost (`eq2_*`), and
+    the same with each side's prefill charged to queries of the tails' mean length (`prefill_eq2_*`,
+    `osd.cost_model.query_time`); `*_ceiling` at the rows' recorded offline ceilings (None without one). Each run at
+    its gamma (`gammas`: "standard" and "online", which the ceiling shares); an adaptive one ("auto") at the gamma
+    in 1..max_gamma whose query Eq. 2 predicts fastest at its alpha. `c`, `verify_cost` and `gamma` are online
+    SD's (at the gamma its Eq. 2 took), `standard_c`, `standard_verify_cost` Standard SD's."""
     context = prompt_tokens + rows[0]["standard"]["target_tokens"] // (2 * len(rows[0]["queries"]))
-    c, _, step = cost_ratio(standard, target, context, gamma, reps=5, rounds=3)
+    fixed = {g for g in gammas.values() if g != AUTO}
+    measured: dict[int, tuple[float, float]] = {}  # gamma -> (c, verification) in steps
+    for gamma in sorted(fixed if len(fixed) == len(gammas) else range(1, max_gamma + 1)):
+        c, _, step = cost_ratio(standard, target, context, gamma, reps=5, rounds=3)
+        measured[gamma] = c, target_pass_time(target, context, gamma + 1, reps=5, rounds=3) / step
     base = step if baseline is target else target_pass_time(baseline, context, reps=5, rounds=3)
-    costs = {"c": c, "verify_cost": target_pass_time(target, context, gamma + 1, reps=5, rounds=3) / step,
-             "baseline_step": base / step, "prefill": prefill_time(target, prompt_tokens) / step,
+    costs = {"baseline_step": base / step, "prefill": prefill_time(target, prompt_tokens) / step,
              "baseline_prefill": prefill_time(baseline, prompt_tokens) / step}  # fmt: skip
     new_tokens = sum(r["standard"]["target_tokens"] for r in rows) / sum(len(r["queries"]) for r in rows)
     alone = costs["baseline_prefill"] + new_tokens * costs["baseline_step"]
+
+    def query(alpha: float, gamma: int) -> float:
+        return query_time(alpha, gamma, *measured[gamma], new_tokens, costs["prefill"])
+
     for run in ("standard", "online", "ceiling"):  # the ceiling: what online distillation could reach
-        mean = mean_tail_alpha(rows, run)
+        mean, gamma = mean_tail_alpha(rows, run), gammas["standard" if run == "standard" else "online"]
+        if gamma == AUTO:
+            gamma = min(measured, key=lambda g: query(mean if mean is not None else 0.0, g))
+        if run != "ceiling":
+            prefix = "standard_" if run == "standard" else ""
+            costs |= {
+                f"{prefix}gamma": gamma,
+                f"{prefix}c": measured[gamma][0],
+                f"{prefix}verify_cost": measured[gamma][1],
+            }
         costs[f"eq2_{run}"], costs[f"prefill_eq2_{run}"] = (
             (None, None)
             if mean is None
-            else (
-                speedup_measured_verify(mean, gamma, c, costs["verify_cost"]) * costs["baseline_step"],
-                alone / query_time(mean, gamma, c, costs["verify_cost"], new_tokens, costs["prefill"]),
-            )
-        )
+            else (speedup_measured_verify(mean, gamma, *measured[gamma]) * costs["baseline_step"], alone / query(mean, gamma))
+        )  # fmt: skip
     return costs
 
 
-def print_costs(costs: dict[str, float], info: dict, gamma: int, layout: str, baseline: str) -> None:
+def print_costs(
+    costs: dict[str, float], info: dict, gammas: dict[str, Gamma], layout: str, baseline: str
+) -> None:
     where = info.get("gpu") or (
         f"{info['cpu']}, {info['cpu_capability']}, bf16 instructions: "
         f"{', '.join(info['cpu_bf16_instructions']) or 'none'}"
     )
+    verifying = f"verifying {costs['gamma'] + 1} tokens costs {costs['verify_cost']:.2f} target steps, a draft step between them {costs['c']:.3f} of one"  # fmt: skip
+    if gammas["online"] == AUTO:
+        verifying += (
+            f" (online SD's adaptive gamma: Eq. 2 at gamma {costs['gamma']}, the best fixed one at its alpha)"
+        )
+    if costs["standard_gamma"] != costs["gamma"]:
+        verifying += (f" ({costs['standard_gamma'] + 1} tokens: {costs['standard_verify_cost']:.2f}, a draft step "
+                      f"{costs['standard_c']:.3f}, for Standard SD)")  # fmt: skip
     print(
         f"\nthis machine ({where}): the target serves as {layout}, alone as "
-        f"{baseline} ({costs['baseline_step']:.2f} of its steps); verifying {gamma + 1} tokens costs "
-        f"{costs['verify_cost']:.2f} target steps, a draft step between them {costs['c']:.3f} of one; Eq. 2 with these "
+        f"{baseline} ({costs['baseline_step']:.2f} of its steps); {verifying}; Eq. 2 with these "
         f"costs predicts Standard SD {format_alpha(costs['eq2_standard'], '.2f')}x, "
         f"online SD {format_alpha(costs['eq2_online'], '.2f')}x over the target alone; charging each query "
         f"its prefill ({costs['prefill']:.1f} steps served, {costs['baseline_prefill']:.1f} alone): "
@@ -222,11 +250,11 @@ def alpha_points(queries: list[QueryStats]) -> tuple[list[float], list[float]]:
 
 
 def recorded_ceiling(
-    path: str, stream: list[dict], args: argparse.Namespace, drafter: str
+    path: str, stream: list[dict], args: argparse.Namespace, drafter: str, gamma: int
 ) -> dict[str, float] | None:
     """Per-domain alpha of the offline-distilled ceiling from an `osd.analysis.online_replay --offline_steps`
     result (`path`: its file, or a folder of them, e.g. one per gamma), the first recorded on this very stream,
-    drafter (a draft model's or a head's folder), gamma and answer length, over the tail the tables compare (the
+    drafter (a draft model's or a head's folder), `gamma` and answer length, over the tail the tables compare (the
     last third of each block); else None, with a note."""
     if path == "none":
         return None
@@ -237,7 +265,7 @@ def recorded_ceiling(
         same = {
             "stream": [q["id"] for q in recorded["queries"]["standard"]] == [r["id"] for r in stream],
             "draft": (REPO_ROOT / recorded["draft"]).resolve() == Path(drafter).resolve(),
-            "gamma": recorded.get("gamma") == args.gamma,
+            "gamma": recorded.get("gamma") == gamma,
             "max_new_tokens": recorded.get("max_new_tokens") == args.max_new_tokens,
             "tail": args.tail == tail_length(args.per_domain),
         }

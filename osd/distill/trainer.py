@@ -81,10 +81,13 @@ class DistillTrainer(Trainer):
         args: DistillTrainingArguments,
         run_identity: dict | None = None,
         run_info: dict | None = None,
+        gamma_policy: GammaPolicy | None = None,
         **kwargs,
     ) -> None:
         """run_info: what the entry point knows of the run for wandb's config and run name (data paths,
-        stream: osd.distill.callbacks.run_config); the model paths default to the models' name_or_path."""
+        stream: osd.distill.callbacks.run_config); the model paths default to the models' name_or_path.
+        gamma_policy: with --max_propose_num auto, the policy every decoder shares (default: a fresh
+        `GammaPolicy`, which measures its costs at its first step)."""
         super().__init__(model=model, args=args, **kwargs)
         self.run_identity = run_identity or {}  # recorded in every checkpoint (osd.distill.run_dir)
         check_vocabularies(model, teacher_model, self.processing_class)
@@ -113,7 +116,9 @@ class DistillTrainer(Trainer):
         # sample sources draw from their own generator: runs are reproducible for a given --seed
         self.sample_generator = torch.Generator().manual_seed(args.seed)
         # --max_propose_num auto: one policy for every decoder, so that its alpha and costs carry over
-        self.gamma_policy = GammaPolicy() if args.max_propose_num == "auto" else None
+        if gamma_policy is not None and args.max_propose_num != "auto":
+            raise ValueError(f"a gamma_policy needs --max_propose_num auto, got {args.max_propose_num}")
+        self.gamma_policy = (gamma_policy or GammaPolicy()) if args.max_propose_num == "auto" else None
         self.metrics = MetricsJsonlCallback()
         self.add_callback(self.metrics)
         models = {"student_model_path": getattr(model, "name_or_path", None),

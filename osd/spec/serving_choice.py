@@ -16,7 +16,8 @@ time,
 
 and `choose` takes the **baseline**, the candidate whose query alone is fastest (the fastest target-alone
 decoding on offer, which every speedup is measured against), and the **speculative configuration**, the
-(candidate, gamma) whose query is fastest at an expected alpha. Where the baseline's own layout speculates within
+(candidate, gamma) whose query is fastest at an expected alpha (`Choice.gamma_policy`: adaptive gamma on that
+candidate, starting from these measurements, for a draft whose alpha moves). Where the baseline's own layout speculates within
 `SAME_LAYOUT_TOLERANCE` of the fastest, speculative decoding serves it too: layouts whose passes run the same
 kernels (`packed` and `packed_rows`) differ by measurement noise alone, and one model then serves both, with
 its costs in the baseline's own steps.
@@ -33,6 +34,7 @@ import torch
 from transformers import PreTrainedModel
 
 from osd.cost_model import PassLine, query_time
+from osd.spec.adaptive import GammaPolicy
 from osd.spec.bf16_rows import use_bf16_rows_linears
 from osd.spec.lean_llama import PRODUCTS
 from osd.spec.packed_linear import use_packed_linears
@@ -154,6 +156,15 @@ class Choice:
         return self.measured[self.baseline].query_s(self.new_tokens) / speculative_query_s(
             self.measured[self.layout], self.draft_step_s, self.alpha, self.gamma, self.new_tokens
         )
+
+    def gamma_policy(self) -> GammaPolicy:
+        """Adaptive gamma (`osd.spec.adaptive`) for one sequence at a time on the chosen layout, up to the longest
+        pass measured: its estimate starts at the chosen-at alpha, its costs at the draft step and passes
+        measured here (its own step timings refine them as it serves)."""
+        passes = self.measured[self.layout].pass_s  # over 1..max_gamma + 1 tokens: k = 0..max_gamma proposals
+        policy = GammaPolicy(max_gamma=len(passes) - 1, alpha=self.alpha)
+        policy.set_costs(1, self.draft_step_s, passes)
+        return policy
 
     def summary(self) -> dict[str, object]:
         """The choice and its measurements, for a result file (milliseconds)."""

@@ -37,8 +37,9 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     assert summary["updates"] == 3 * len(DOMAINS)
     serving = summary["serving"]  # the start-up choice: --dtype float32 forces the weight-major layout
     assert serving["layout"] == "weight_major" and serving["baseline"] in serving["pass_ms"]
-    for row in summary["domains"]:
-        assert len(row["queries"]) == 2 and 0.0 <= row["online"]["alpha"] <= 1.0
+    for row in summary["domains"]:  # adaptive gamma may decode a tail without proposals (no alpha) where none pays
+        online_alpha = row["online"]["alpha"]
+        assert len(row["queries"]) == 2 and (online_alpha is None or 0.0 <= online_alpha <= 1.0)
         assert 0.0 <= row["standard"]["alpha"] <= 1.0
         # greedy: both speculative runs emit the target's tokens (tiny fp32 target: no near-ties), and so does
         # the target alone when it decodes in the same configuration
@@ -54,14 +55,24 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
         and f"costs {costs['verify_cost']:.2f} target steps" in printed
     )
     standard_alpha = sum(r["standard"]["alpha"] for r in summary["domains"]) / len(DOMAINS)
+    # Standard SD at the start-up choice's gamma; the online draft's gamma adaptive (no --gamma), its Eq. 2 at the
+    # fixed gamma it predicts fastest at the online alpha, over the measured passes
     gamma = serving["gamma"]
+    assert summary["gammas"] == {"standard": gamma, "online": "auto"} and summary["args"]["gamma"] is None
+    assert costs["standard_gamma"] == gamma and 1 <= costs["gamma"] <= len(serving["pass_ms"][serving["layout"]]) - 1
+    assert "(online SD's adaptive gamma: Eq. 2 at gamma" in printed and "online SD adaptive" in printed
+    alphas = [r["online"]["alpha"] for r in summary["domains"] if r["online"]["alpha"] is not None]
+    if alphas:
+        online_alpha = sum(alphas) / len(alphas)
+        eq2 = speedup_measured_verify(online_alpha, costs["gamma"], costs["c"], costs["verify_cost"])
+        assert costs["eq2_online"] == pytest.approx(eq2 * costs["baseline_step"])
+    c, verify = costs["standard_c"], costs["standard_verify_cost"]
     assert costs["eq2_standard"] == pytest.approx(
-        speedup_measured_verify(standard_alpha, gamma, costs["c"], costs["verify_cost"])
-        * costs["baseline_step"]
+        speedup_measured_verify(standard_alpha, gamma, c, verify) * costs["baseline_step"]
     )
     tokens = sum(r["standard"]["target_tokens"] for r in summary["domains"]) / (2 * len(DOMAINS))
     alone = costs["baseline_prefill"] + tokens * costs["baseline_step"]
-    served = query_time(standard_alpha, gamma, costs["c"], costs["verify_cost"], tokens, costs["prefill"])
+    served = query_time(standard_alpha, gamma, c, verify, tokens, costs["prefill"])
     assert costs["prefill_eq2_standard"] == pytest.approx(alone / served) and costs["prefill"] > 0
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
     written = json.loads((out / "summary.json").read_text())
@@ -272,16 +283,21 @@ def test_block_drafts_are_the_draft_as_it_stood_after_each_domain(tmp_path):
 
 
 def test_the_costs_name_the_chosen_layouts_and_a_costly_verification_says_why_it_loses(capsys):
-    costs = {"verify_cost": 2.3, "c": 0.05, "eq2_standard": 0.6, "eq2_online": None, "baseline_step": 0.9,
-             "prefill": 4.0, "baseline_prefill": 5.0, "prefill_eq2_standard": 0.7, "prefill_eq2_online": None}  # fmt: skip
+    costs = {"verify_cost": 2.3, "c": 0.05, "gamma": 3, "standard_gamma": 3, "eq2_standard": 0.6, "eq2_online": None,
+             "baseline_step": 0.9, "prefill": 4.0, "baseline_prefill": 5.0, "prefill_eq2_standard": 0.7,
+             "prefill_eq2_online": None}  # fmt: skip
     info = {"cpu": "a CPU", "cpu_capability": "AVX2", "cpu_bf16_instructions": []}
-    print_costs(costs, info, 3, "plain", "bf16_rows")
+    print_costs(costs, info, {"standard": 3, "online": 3}, "plain", "bf16_rows")
     printed = capsys.readouterr().out
     assert "serves as plain, alone as bf16_rows (0.90 of its steps)" in printed and "online SD -x" in printed
     assert "(4.0 steps served, 5.0 alone): 0.70x and -x" in printed
-    assert "compute-bound" in printed
-    print_costs(costs | {"verify_cost": 1.1}, info, 3, "bf16_rows", "bf16_rows")
-    assert "compute-bound" not in capsys.readouterr().out
+    assert "compute-bound" in printed and "for Standard SD" not in printed
+    standard = {"standard_gamma": 1, "standard_verify_cost": 1.05, "standard_c": 0.04}
+    print_costs(costs | standard | {"verify_cost": 1.1}, info, {"standard": 1, "online": "auto"}, "bf16_rows", "bf16_rows")
+    printed = capsys.readouterr().out
+    assert "compute-bound" not in printed and "verifying 4 tokens costs 1.10" in printed
+    assert "(online SD's adaptive gamma: Eq. 2 at gamma 3, the best fixed one at its alpha)" in printed
+    assert "(2 tokens: 1.05, a draft step 0.040, for Standard SD)" in printed
 
 
 @pytest.mark.slow

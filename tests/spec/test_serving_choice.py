@@ -144,3 +144,20 @@ def test_measure_and_choose_returns_the_models_it_chose():
         assert model.dtype == getattr(torch, LAYOUTS[name].dtype)
     forced, _ = measure_and_choose(target, draft, 0.5, 3, 8, 6, dtype="float32", gamma=2)
     assert (forced.layout, forced.gamma) == ("weight_major", 2)
+
+
+def test_the_gamma_policy_starts_from_the_choice_s_alpha_and_measured_costs():
+    """Adaptive gamma for the online draft: on the chosen layout, up to the longest pass measured, its first choice
+    the gamma Eq. 2 gives at the chosen-at alpha with the measured draft step and passes, without timing anything."""
+    choice = choose(MEASURED, draft_step_s=0.05, alpha=0.6, new_tokens=20)
+    policy = choice.gamma_policy()
+    assert (policy.max_gamma, policy.alpha) == (3, 0.6)
+    costs = policy.costs[1]
+    assert costs.draft_s == 0.05 and costs.verify_s == MEASURED[choice.layout].pass_s
+
+    def tokens_per_s(k: int) -> float:
+        return expected_tokens_per_step(0.6, k) / (k * 0.05 + costs.verify(k))
+
+    assert policy.choose(None, None) == max(range(4), key=tokens_per_s)  # no model is timed: costs are set
+    poor = choose(MEASURED, 0.05, 0.1, 20, layouts=[A])  # a poor draft on dear passes: no proposal pays
+    assert poor.gamma_policy().choose(None, None) == 0
