@@ -37,7 +37,8 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     assert summary["updates"] == 3 * len(DOMAINS)
     serving = summary["serving"]  # the start-up choice: --dtype float32 forces the weight-major layout
     assert serving["layout"] == "weight_major" and serving["baseline"] in serving["pass_ms"]
-    for row in summary["domains"]:  # adaptive gamma may decode a tail without proposals (no alpha) where none pays
+    # adaptive gamma may decode a tail without proposals (no alpha) where none pays
+    for row in summary["domains"]:
         online_alpha = row["online"]["alpha"]
         assert len(row["queries"]) == 2 and (online_alpha is None or 0.0 <= online_alpha <= 1.0)
         assert 0.0 <= row["standard"]["alpha"] <= 1.0
@@ -59,7 +60,10 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     # fixed gamma it predicts fastest at the online alpha, over the measured passes
     gamma = serving["gamma"]
     assert summary["gammas"] == {"standard": gamma, "online": "auto"} and summary["args"]["gamma"] is None
-    assert costs["standard_gamma"] == gamma and 1 <= costs["gamma"] <= len(serving["pass_ms"][serving["layout"]]) - 1
+    assert (
+        costs["standard_gamma"] == gamma
+        and 1 <= costs["gamma"] <= len(serving["pass_ms"][serving["layout"]]) - 1
+    )
     assert "(online SD's adaptive gamma: Eq. 2 at gamma" in printed and "online SD adaptive" in printed
     alphas = [r["online"]["alpha"] for r in summary["domains"] if r["online"]["alpha"] is not None]
     if alphas:
@@ -293,7 +297,8 @@ def test_the_costs_name_the_chosen_layouts_and_a_costly_verification_says_why_it
     assert "(4.0 steps served, 5.0 alone): 0.70x and -x" in printed
     assert "compute-bound" in printed and "for Standard SD" not in printed
     standard = {"standard_gamma": 1, "standard_verify_cost": 1.05, "standard_c": 0.04}
-    print_costs(costs | standard | {"verify_cost": 1.1}, info, {"standard": 1, "online": "auto"}, "bf16_rows", "bf16_rows")
+    gammas = {"standard": 1, "online": "auto"}
+    print_costs(costs | standard | {"verify_cost": 1.1}, info, gammas, "bf16_rows", "bf16_rows")
     printed = capsys.readouterr().out
     assert "compute-bound" not in printed and "verifying 4 tokens costs 1.10" in printed
     assert "(online SD's adaptive gamma: Eq. 2 at gamma 3, the best fixed one at its alpha)" in printed

@@ -17,7 +17,9 @@ def row(domain: str, queries: int, online_alpha: float | None) -> dict:
     ("counts", "header"), [((1, 1), "last 1 query of each"), ((2, 1), "last 1/2 queries")]
 )
 def test_the_header_counts_the_tail_and_an_undefined_alpha_prints_as_a_dash(capsys, counts, header):
-    print_tables([row("sql", counts[0], None), row("math", counts[1], 0.5)], {"standard": 1, "online": "auto"})
+    print_tables(
+        [row("sql", counts[0], None), row("math", counts[1], 0.5)], {"standard": 1, "online": "auto"}
+    )
     out = capsys.readouterr().out
     assert header in out and "nan" not in out.lower() and "gamma: Standard SD 1, online SD adaptive" in out
     sql = next(line for line in out.splitlines() if line.startswith("sql") and "x)" not in line)
