@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import threading
 from collections.abc import Callable
 from functools import cache
 from typing import NamedTuple
@@ -140,11 +141,24 @@ Kernel = Callable[
 ]  # (tiles, x, y, out_p, in_p, ldx, ldy): pointers, sizes
 
 
-@cache
 def _kernels() -> dict[int, Kernel]:
     """{rows: the compiled kernel for that many input rows}. Imported and compiled on first use, not with this
-    module: a process that forks vLLM's workers must not hold llvmlite's modules, whose attributes break vLLM's
-    start-up scan of sys.modules (its Triton kernel overrides)."""
+    module (a process that forks vLLM's workers must not hold llvmlite's modules, whose attributes break vLLM's
+    start-up scan of sys.modules: its Triton kernel overrides), once even when threads ask at the same time (an
+    online update's worker and the server)."""
+    if not _compiled:
+        with _compile_lock:
+            if not _compiled:
+                _compiled.update(_compile())
+    return _compiled
+
+
+_compiled: dict[int, Kernel] = {}
+_compile_lock = threading.Lock()
+_keep_alive: list = []
+
+
+def _compile() -> dict[int, Kernel]:
     import llvmlite.binding as llvm
 
     module, machine = _optimized_module()
@@ -153,9 +167,6 @@ def _kernels() -> dict[int, Kernel]:
     _keep_alive.append(engine)  # the execution engine owns the compiled code
     signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 4)
     return {n: signature(engine.get_function_address(f"bf16_rows_{n}")) for n in range(1, MAX_ROWS + 1)}
-
-
-_keep_alive: list = []
 
 
 def _cpu() -> tuple[str | None, str]:

@@ -7,12 +7,15 @@ import copy
 import json
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from osd.spec import bf16_rows
 from osd.spec.bf16_rows import (
     BF16RowsLinear,
     bf16_rows_product,
@@ -93,6 +96,22 @@ def test_the_packed_weight_follows_an_update_in_place_and_copies_pack_their_own(
     assert torch.equal(layer(x), 2 * before)
     copied = copy.deepcopy(layer)
     assert "_tiles" not in copied.__dict__ and torch.equal(copied(x), 2 * before)
+
+
+def test_threads_that_ask_for_the_kernels_at_once_compile_them_once(monkeypatch):
+    """The online updater's worker and the server may take their first product at the same time."""
+    monkeypatch.setattr(bf16_rows, "_compiled", {})
+    monkeypatch.setattr(bf16_rows, "_keep_alive", [])
+    start = threading.Barrier(4)
+
+    def first_use() -> dict:
+        start.wait()
+        return bf16_rows._kernels()
+
+    with ThreadPoolExecutor(4) as pool:
+        kernels = list(pool.map(lambda _: first_use(), range(4)))
+    assert len(bf16_rows._keep_alive) == 1 and all(k is kernels[0] for k in kernels)
+    assert sorted(kernels[0]) == list(range(1, bf16_rows.MAX_ROWS + 1))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
