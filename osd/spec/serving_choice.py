@@ -17,10 +17,10 @@ time,
 and `choose` takes the **baseline**, the candidate whose query alone is fastest (the fastest target-alone
 decoding on offer, which every speedup is measured against), and the **speculative configuration**, the
 (candidate, gamma) whose query is fastest at an expected alpha (`Choice.gamma_policy`: adaptive gamma on that
-candidate, starting from these measurements, for a draft whose alpha moves). Where the baseline's own layout speculates within
-`SAME_LAYOUT_TOLERANCE` of the fastest, speculative decoding serves it too: layouts whose passes run the same
-kernels (`packed` and `packed_rows`) differ by measurement noise alone, and one model then serves both, with
-its costs in the baseline's own steps.
+candidate, starting from these measurements, for a draft whose alpha moves). Where the baseline's own layout
+speculates within `SAME_LAYOUT_TOLERANCE` of the fastest, speculative decoding serves it too: layouts whose
+passes run the same kernels (`packed` and `packed_rows`) differ by measurement noise alone, and one model then
+serves both, with its costs in the baseline's own steps.
 """
 
 from __future__ import annotations
