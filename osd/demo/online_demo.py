@@ -249,8 +249,7 @@ def serve_online(
     )
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
-    max_gamma = len(choice.measured[choice.layout].pass_s) - 1
-    costs = report.machine_costs(standard, teacher, baseline, gammas, prompt_tokens, rows, max_gamma)
+    costs = report.machine_costs(standard, teacher, baseline, gammas, prompt_tokens, rows, choice.max_gamma)
     name = TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name
     png = report.plot_run(
         state.queries, rows, stream, out / "alpha.png", name, args, online.online_update_interval

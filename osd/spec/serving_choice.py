@@ -157,13 +157,17 @@ class Choice:
             self.measured[self.layout], self.draft_step_s, self.alpha, self.gamma, self.new_tokens
         )
 
+    @property
+    def max_gamma(self) -> int:
+        """The most proposals the chosen layout's measured passes cover (its longest pass less one token)."""
+        return len(self.measured[self.layout].pass_s) - 1
+
     def gamma_policy(self) -> GammaPolicy:
-        """Adaptive gamma (`osd.spec.adaptive`) for one sequence at a time on the chosen layout, up to the longest
-        pass measured: its estimate starts at the chosen-at alpha, its costs at the draft step and passes
-        measured here (its own step timings refine them as it serves)."""
-        passes = self.measured[self.layout].pass_s  # over 1..max_gamma + 1 tokens: k = 0..max_gamma proposals
-        policy = GammaPolicy(max_gamma=len(passes) - 1, alpha=self.alpha)
-        policy.set_costs(1, self.draft_step_s, passes)
+        """Adaptive gamma (`osd.spec.adaptive`) for one sequence at a time on the chosen layout, up to `max_gamma`:
+        its estimate starts at the chosen-at alpha, its costs at the draft step and passes measured here (over
+        1..max_gamma + 1 tokens: k = 0..max_gamma proposals; its own step timings refine them as it serves)."""
+        policy = GammaPolicy(max_gamma=self.max_gamma, alpha=self.alpha)
+        policy.set_costs(1, self.draft_step_s, self.measured[self.layout].pass_s)
         return policy
 
     def summary(self) -> dict[str, object]:
