@@ -69,24 +69,41 @@ def alpha_from_tokens_per_step(tokens_per_step: float, gamma: int, tol: float = 
 
 
 @dataclass(frozen=True)
-class PassLine:
-    """Measured target passes over k + 1 tokens, k = 0..K (seconds, or any unit), smoothed so that one slow
-    repetition cannot make k + 1 tokens look cheaper than k: the passes k >= 1 (verifications) by a straight line
-    t0 + slope * k fitted robustly (Theil-Sen: the median slope over all pairs, at least 0); k = 0, a one-token step
-    (other kernels), keeps its own measurement, capped at the line's k = 1."""
+class PassCosts:
+    """Measured target passes over k + 1 tokens, k = 0..K (seconds, or any unit), smoothed so that one noisy
+    repetition cannot sway a choice of k: the passes k >= 1 (verifications) by running medians of three (one pass
+    timed too fast or too slow between two others is replaced by a neighbour), then made non-decreasing (k + 1
+    tokens never look cheaper than k), but not forced onto a straight line: a kernel that multiplies the weights
+    with up to 4 rows at once makes passes over 2-4 tokens cost about one step and the fifth token a jump. k = 0,
+    a one-token step (other kernels), keeps its own measurement, capped at k = 1's."""
 
-    plain: float
-    t0: float
-    slope: float
+    smoothed: tuple[float, ...]  # [K + 1]
 
     @classmethod
-    def fit(cls, passes: Sequence[float]) -> PassLine:
-        points = list(enumerate(passes))[1:]
-        slopes = [(v - u) / (j - i) for i, u in points for j, v in points if j > i]
-        slope = max(statistics.median(slopes), 0.0) if slopes else 0.0
-        t0 = statistics.median(v - slope * k for k, v in points) if points else passes[0]
-        return cls(min(passes[0], t0 + slope), t0, slope)
+    def fit(cls, passes: Sequence[float]) -> PassCosts:
+        verifications = _non_decreasing(_running_medians(passes[1:]))
+        plain = min(passes[0], verifications[0]) if verifications else passes[0]
+        return cls((plain, *verifications))
 
     def at(self, k: int) -> float:
-        """The smoothed pass over k + 1 tokens."""
-        return self.plain if k == 0 else self.t0 + self.slope * k
+        """The smoothed pass over k + 1 tokens (k <= K)."""
+        return self.smoothed[k]
+
+
+def _running_medians(values: Sequence[float]) -> list[float]:
+    """Each value but the two ends replaced by the median of it and its two neighbours."""
+    inner = [statistics.median(values[i - 1 : i + 2]) for i in range(1, len(values) - 1)]
+    return list(values) if len(values) < 3 else [values[0], *inner, values[-1]]
+
+
+def _non_decreasing(values: Sequence[float]) -> list[float]:
+    """A non-decreasing sequence near `values`: a value below the block before it is pooled with that block, until
+    no block's median exceeds the next one's (pool adjacent violators, blocks at their medians, so that one slow
+    value does not drag the others up to it)."""
+    blocks: list[list[float]] = []  # the values of each pooled block, in order
+    for value in values:
+        blocks.append([value])
+        while len(blocks) > 1 and statistics.median(blocks[-2]) > statistics.median(blocks[-1]):
+            last = blocks.pop()
+            blocks[-1] += last
+    return [statistics.median(block) for block in blocks for _ in block]

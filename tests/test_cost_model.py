@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from osd.cost_model import (
-    PassLine,
+    PassCosts,
     alpha_from_tokens_per_step,
     best_gamma,
     expected_tokens_per_step,
@@ -49,12 +51,25 @@ def test_query_time_is_prefill_plus_verifications_and_reduces_to_eq2():
     assert alone / speculated == pytest.approx(speedup_measured_verify(0.7, 4, 0.05, 1.3))
 
 
-def test_pass_line_keeps_collinear_passes_and_lifts_a_noisy_dip():
-    """Theil-Sen through the passes k >= 1: exact on a straight line; one dip below it is not followed (the
-    median slope and intercept ignore it); the one-token step is kept, capped at the line's k = 1."""
-    line = PassLine.fit([1.0, 1.2, 1.4, 1.6])
-    assert [line.at(k) for k in range(4)] == pytest.approx([1.0, 1.2, 1.4, 1.6])
-    dipped = PassLine.fit([1.0, 1.2, 0.9, 1.6, 1.8])
-    assert dipped.at(2) == pytest.approx(1.4) and dipped.at(4) == pytest.approx(1.8)
-    assert PassLine.fit([2.0, 1.5, 1.7]).at(0) == pytest.approx(1.5)  # a step above the 2-token pass
-    assert PassLine.fit([1.0, 1.3, 1.1]).slope == 0.0  # never a falling line
+def test_pass_costs_keep_rising_passes_of_any_shape_and_pool_a_dip():
+    """Non-decreasing passes are kept as measured, straight or not (flat over 2-4 tokens, then a jump); a dip
+    between two passes takes a neighbour's cost, a falling pair their median; the one-token step is kept, capped
+    at k = 1's."""
+    for passes in ([1.0, 1.2, 1.4, 1.6], [1.0, 1.04, 1.06, 1.13, 1.35, 1.5]):
+        assert PassCosts.fit(passes).smoothed == pytest.approx(passes)
+    assert PassCosts.fit([1.0, 1.2, 0.9, 1.6, 1.8]).smoothed == pytest.approx([1.0, 1.2, 1.2, 1.6, 1.8])
+    assert PassCosts.fit([1.0, 1.3, 1.1]).smoothed == pytest.approx([1.0, 1.2, 1.2])
+    assert PassCosts.fit([2.0, 1.5, 1.7]).at(0) == pytest.approx(1.5)  # a step above the 2-token pass
+
+
+def test_pass_costs_never_fall_and_one_slow_pass_does_not_drag_its_neighbours_up():
+    rng = random.Random(0)
+    for _ in range(200):
+        passes = [rng.uniform(0.5, 2.0) for _ in range(rng.randint(1, 8))]
+        smoothed = PassCosts.fit(passes).smoothed
+        assert len(smoothed) == len(passes) and smoothed[0] <= passes[0]
+        assert all(a <= b for a, b in zip(smoothed[1:], smoothed[2:], strict=False))  # k >= 1: never falling
+        assert min(passes[1:], default=0.0) <= min(smoothed[1:], default=0.0)
+        assert max(smoothed[1:], default=0.0) <= max(passes[1:], default=0.0)
+    slow = PassCosts.fit([1.0, 3.0, 1.07, 1.13, 1.35])  # k = 1 timed at 3x
+    assert slow.smoothed[1:] == pytest.approx([1.13, 1.13, 1.13, 1.35])

@@ -13,9 +13,10 @@ forward over k + 1 tokens, both measured once per batch size on this machine
 (`osd.spec.timing.target_pass_time`, as the engine takes it at each batch size; or given with `set_costs`).
 
 Costs are noisy on a shared machine, and a wrong one kept the policy on a losing k. So:
-- the measured t_verify(k) is smoothed (`osd.cost_model.PassLine`: a straight line t0 + d * k
-  fitted robustly through k >= 1, so that one slow repetition cannot make k + 1 tokens look cheaper
-  than k; k = 0, a one-token step on other kernels, keeps its own measurement, capped at k = 1's);
+- the measured t_verify(k) is smoothed (`osd.cost_model.PassCosts`: non-decreasing in k, so that one
+  noisy repetition cannot make k + 1 tokens look cheaper than k, but not forced onto a line: passes over
+  2-4 tokens may cost alike and the fifth token a jump; k = 0, a one-token step on other kernels, keeps
+  its own measurement, capped at k = 1's);
 - the engine reports the time of every step it runs (`observe_step`), drafting, verification and the work
   around them (accepting, committing, the caches, the draft catching up after steps without it); for a k
   run in the last `fresh_steps` steps, the step's cost is a running average of its timings (each moves it
@@ -55,7 +56,7 @@ from typing import NamedTuple
 
 from transformers import PreTrainedModel
 
-from osd.cost_model import PassLine, expected_tokens_per_step
+from osd.cost_model import PassCosts, expected_tokens_per_step
 from osd.spec.timing import draft_step_time, step_time, target_pass_time
 
 MIN_ROW_PROPOSALS = 8  # a finished row with fewer proposals does not count towards the spread between rows
@@ -72,19 +73,19 @@ class StepCosts:
     observed_s: list[float | None] = field(init=False)  # [max_gamma + 1], running averages of whole steps
     seen_at: list[int] = field(init=False)  # [max_gamma + 1], step count when last run
     count: int = field(init=False, default=0)
-    line: PassLine = field(init=False)  # the measured verify_s, smoothed
+    passes: PassCosts = field(init=False)  # the measured verify_s, smoothed
     _scale: float = field(init=False, default=1.0)
     _scale_at: int = field(init=False, default=0)  # count at which _scale was computed
 
     def __post_init__(self) -> None:
-        # the line runs through verifications (k >= 1) only: a one-token step runs other kernels
-        # (on this CPU at B = 16: 39 ms, then 57 ms for 2 tokens and 6-15 ms per token after)
-        self.line = PassLine.fit(self.verify_s)
+        # the smoothing pools verifications (k >= 1) only: a one-token step runs other kernels (at a large batch
+        # far cheaper than a pass over 2 tokens)
+        self.passes = PassCosts.fit(self.verify_s)
         self.observed_s, self.seen_at = [None] * len(self.verify_s), [0] * len(self.verify_s)
 
     def verify(self, k: int) -> float:
         """t_verify(k) as measured, smoothed."""
-        return self.line.at(k)
+        return self.passes.at(k)
 
     def _modelled(self, k: int) -> float:
         return k * self.draft_s + self.verify(k)

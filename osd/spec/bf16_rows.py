@@ -12,7 +12,9 @@ with every input row while it is in registers:
   without a conversion: a word shifted left by 16 bits is its even output's weight, the word with its low half
   cleared is its odd output's;
 - each vector is multiplied with every input row's element, broadcast, into one accumulator per row and half
-  (outer products: no horizontal sums), up to 4 rows at a time, the tile then serving the next 4 rows from cache.
+  (outer products: no horizontal sums), up to 4 rows at a time, the tile then serving the next 4 rows from cache;
+- a group of 2-4 rows prefetches the weights 16 KiB ahead into L2 (not L1, which the lines in use need): its
+  multiplications then run while the weights stream in, instead of after.
 
 The products are those of a bf16 GEMM with float32 accumulation (bf16 inputs widened exactly, the float32 result
 rounded to bf16 once, as torch's kernels do), up to the order of the additions. Used only without gradients,
@@ -42,7 +44,8 @@ MAX_ROWS = 8  # input rows a kernel call multiplies (in groups of up to GROUP_RO
 GROUP_ROWS = 4  # rows a tile's weights are multiplied with at once: 8 accumulators of AVX2's 16 registers
 UNROLL = {1: 4, 2: 2, 3: 1, 4: 1}  # steps along `in` a loop iteration takes, by group rows: 6-8 accumulators
 K_MULTIPLE = 4  # `in` is padded to this (the largest unroll)
-PREFETCH_WORDS = 1024  # groups of 3-4 rows prefetch the tile's weights this far ahead (32-bit words)
+PREFETCH_WORDS = 4096  # groups of 2-4 rows prefetch weights this far ahead (32-bit words: 16 KiB) into L2
+PREFETCH_MIN_ROWS = 2  # a one-row group is bound by its loads: a prefetch there costs more than it hides
 
 
 class Tiles(NamedTuple):
@@ -244,7 +247,9 @@ def _kernel_ir(rows: int, lanes: int) -> str:
     ]
     previous, row0 = "tile", 0
     for g, group in enumerate(row_groups(rows)):
-        lines += _group_ir(f"g{g}", previous, row0, group, lanes, prefetch=g == 0 and group >= 3)
+        lines += _group_ir(
+            f"g{g}", previous, row0, group, lanes, prefetch=g == 0 and group >= PREFETCH_MIN_ROWS
+        )
         previous, row0 = f"g{g}_end", row0 + group
     lines += [
         "  br label %tile_end",
@@ -294,7 +299,9 @@ def _group_ir(tag: str, previous: str, row0: int, group: int, lanes: int, prefet
             lines += [
                 f"  %{t}_pq{u} = getelementptr i32, i32* %{t}_wq{u}, i64 {PREFETCH_WORDS}",
                 f"  %{t}_pb{u} = bitcast i32* %{t}_pq{u} to i8*",
-                f"  call void @llvm.prefetch.p0i8(i8* %{t}_pb{u}, i32 0, i32 3, i32 1)",
+                # locality 2 (x86 prefetcht1): into L2, not L1, where a tile 16 KiB ahead would evict the
+                # lines being multiplied and the input rows; the multiplications then hide the memory's latency
+                f"  call void @llvm.prefetch.p0i8(i8* %{t}_pb{u}, i32 0, i32 2, i32 1)",
             ]
         for n in range(group):
             lines += [

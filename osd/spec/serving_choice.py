@@ -33,7 +33,7 @@ from typing import NamedTuple
 import torch
 from transformers import PreTrainedModel
 
-from osd.cost_model import PassLine, query_time
+from osd.cost_model import PassCosts, query_time
 from osd.spec.adaptive import GammaPolicy
 from osd.spec.bf16_rows import use_bf16_rows_linears
 from osd.spec.lean_llama import PRODUCTS
@@ -111,9 +111,9 @@ class Measured:
         return self.prefill_s + new_tokens * self.pass_s[0]
 
     def verify_cost(self, gamma: int) -> float:
-        """A pass over gamma + 1 tokens in one-token steps of this layout, the passes smoothed (`PassLine`: one
+        """A pass over gamma + 1 tokens in one-token steps of this layout, the passes smoothed (`PassCosts`: one
         noisy pass cannot make more tokens look cheaper, and so sway the choice of gamma)."""
-        return PassLine.fit(self.pass_s).at(gamma) / self.pass_s[0]
+        return PassCosts.fit(self.pass_s).at(gamma) / self.pass_s[0]
 
 
 def measure(
@@ -183,7 +183,7 @@ class Choice:
     def lines(self) -> list[str]:
         """What was chosen and why, for a log."""
         longest = len(next(iter(self.measured.values())).pass_s)
-        out = [f"{'layout':<13} {'dtype':<9} {'prefill ms':>10} {'step ms':>8}  passes over 2..{longest} tokens, in steps (fitted)"]  # fmt: skip
+        out = [f"{'layout':<13} {'dtype':<9} {'prefill ms':>10} {'step ms':>8}  passes over 2..{longest} tokens, in steps (smoothed)"]  # fmt: skip
         for m in self.measured.values():
             costs = " ".join(f"{m.verify_cost(g):.2f}" for g in range(1, len(m.pass_s)))
             out.append(

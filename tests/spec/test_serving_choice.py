@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from osd.cost_model import PassLine, expected_tokens_per_step
+from osd.cost_model import PassCosts, expected_tokens_per_step
 from osd.spec import serving_choice
 from osd.spec.serving_choice import (
     LAYOUTS,
@@ -31,12 +31,12 @@ MEASURED = {A: Measured(A, 5.0, [1.0, 1.9, 2.6, 3.3]), B: Measured(B, 0.5, [1.2,
 def test_the_baseline_is_the_fastest_query_alone_and_the_choice_the_fastest_speculative_one():
     """Queries of 20 tokens: A's prefill costs 5 steps, B's 0.5 (20 + 5 vs 24 + 0.5: B is the faster alone though
     A steps faster); at 100 tokens A is. The speculative choice minimises prefill + 20 / E[tokens] * (gamma
-    draft steps + the pass, smoothed by `PassLine`)."""
+    draft steps + the pass, smoothed by `PassCosts`)."""
     choice = choose(MEASURED, draft_step_s=0.05, alpha=0.6, new_tokens=20)
     assert choice.baseline == B and choose(MEASURED, 0.05, 0.6, new_tokens=100).baseline == A
 
     def query(layout: str, gamma: int) -> float:
-        verification = gamma * 0.05 + PassLine.fit(MEASURED[layout].pass_s).at(gamma)
+        verification = gamma * 0.05 + PassCosts.fit(MEASURED[layout].pass_s).at(gamma)
         return MEASURED[layout].prefill_s + 20 / expected_tokens_per_step(0.6, gamma) * verification
 
     best = min(((lay, g) for lay in MEASURED for g in (1, 2, 3)), key=lambda lg: query(*lg))
@@ -51,15 +51,15 @@ def test_the_baseline_is_the_fastest_query_alone_and_the_choice_the_fastest_spec
 
 def test_one_noisy_pass_does_not_sway_the_choice_of_gamma():
     """A start-up measurement of the main job (AVX512-BF16 VM, in steps): the pass over 3 tokens came out cheaper
-    than the pass over 2. Taken as measured, gamma 2 wins at alpha 0.5; through the fitted line, gamma 3 does, as
-    it does with the dip removed."""
+    than the pass over 2. Taken as measured, gamma 2 wins at alpha 0.5; through the smoothed passes (`PassCosts`),
+    gamma 3 does, as it does with the dip removed."""
     steps = [1.0, 1.04, 0.95, 1.08, 1.07, 1.07]
     noisy = {"packed": Measured("packed", 2.0, steps)}
     smooth = {"packed": Measured("packed", 2.0, [1.0, 1.04, 1.06, 1.08, 1.07, 1.07])}
     chosen = [choose(m, draft_step_s=0.044, alpha=0.5, new_tokens=32).gamma for m in (noisy, smooth)]
     assert chosen == [3, 3]
 
-    def raw_query(gamma: int) -> float:  # as measured, without the line
+    def raw_query(gamma: int) -> float:  # as measured, not smoothed
         return 2.0 + 32 / expected_tokens_per_step(0.5, gamma) * (gamma * 0.044 + steps[gamma])
 
     assert min(range(1, 6), key=raw_query) == 2
