@@ -13,8 +13,8 @@ with every input row while it is in registers:
   cleared is its odd output's;
 - each vector is multiplied with every input row's element, broadcast, into one accumulator per row and half
   (outer products: no horizontal sums), up to 4 rows at a time, the tile then serving the next 4 rows from cache;
-- a group of 2-4 rows prefetches the weights 16 KiB ahead into L2 (not L1, which the lines in use need): its
-  multiplications then run while the weights stream in, instead of after.
+- a group of 2-4 rows (3-4 with AVX-512) prefetches the weights 16 KiB ahead into L2 (not L1, which the lines in
+  use need): its multiplications then run while the weights stream in, instead of after.
 
 The products are those of a bf16 GEMM with float32 accumulation (bf16 inputs widened exactly, the float32 result
 rounded to bf16 once, as torch's kernels do), up to the order of the additions. Used only without gradients,
@@ -44,8 +44,10 @@ MAX_ROWS = 8  # input rows a kernel call multiplies (in groups of up to GROUP_RO
 GROUP_ROWS = 4  # rows a tile's weights are multiplied with at once: 8 accumulators of AVX2's 16 registers
 UNROLL = {1: 4, 2: 2, 3: 1, 4: 1}  # steps along `in` a loop iteration takes, by group rows: 6-8 accumulators
 K_MULTIPLE = 4  # `in` is padded to this (the largest unroll)
-PREFETCH_WORDS = 4096  # groups of 2-4 rows prefetch weights this far ahead (32-bit words: 16 KiB) into L2
-PREFETCH_MIN_ROWS = 2  # a one-row group is bound by its loads: a prefetch there costs more than it hides
+PREFETCH_WORDS = 4096  # how far ahead a group prefetches the weights into L2 (32-bit words: 16 KiB)
+# the fewest rows of a group that prefetches, by vector lanes: a one-row group is bound by its loads, and with
+# AVX-512 a two-row group too (measured on an AMD EPYC): a prefetch there costs more than it hides
+PREFETCH_MIN_ROWS = {8: 2, 16: 3}
 
 
 class Tiles(NamedTuple):
@@ -248,7 +250,7 @@ def _kernel_ir(rows: int, lanes: int) -> str:
     previous, row0 = "tile", 0
     for g, group in enumerate(row_groups(rows)):
         lines += _group_ir(
-            f"g{g}", previous, row0, group, lanes, prefetch=g == 0 and group >= PREFETCH_MIN_ROWS
+            f"g{g}", previous, row0, group, lanes, prefetch=g == 0 and group >= PREFETCH_MIN_ROWS[lanes]
         )
         previous, row0 = f"g{g}_end", row0 + group
     lines += [
