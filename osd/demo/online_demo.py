@@ -188,7 +188,7 @@ class DrafterRun:
     """One drafter's pass over the stream: what the report reads."""
 
     queries: list[QueryStats]  # per query served online, in stream order
-    rows: list[dict]  # `report.tail_rows`, per domain
+    rows: list[dict]  # `report.TailServing.rows`, per domain
     costs: dict[str, float | None]  # `report.machine_costs`
     updates: int
     shares: dict[str, float]  # update time on the serving path and in the background, over serving time
@@ -202,8 +202,8 @@ def serve_online(
     run_name: str | None = None,
 ) -> DrafterRun:  # fmt: skip
     """Serve the stream online with one drafter (models: the drafter that learns, its untouched serving copy, the
-    served target, the target as it decodes fastest alone, the tokenizer), then its Standard SD and the target alone
-    on each domain's tail (timed beside each drafter's pass: a machine's speed drifts over a run), as `choice`
+    served target, the target as it decodes fastest alone, the tokenizer), and its Standard SD and the target alone
+    on each domain's tail as soon as the stream has served it (`report.TailServing`), as `choice`
     (the start-up measurement) serves them: Standard SD at its gamma, online SD at adaptive gamma from its
     measurements unless --gamma is given or a head drafts (then at that gamma too).
     The tables' ceiling is read from `ceiling_path`; its draft, block drafts and metrics go in `out`, its wandb run
@@ -231,16 +231,17 @@ def serve_online(
                 "teacher_model_path": args.target,
                 "data_path": str(Path(args.output_dir).resolve() / "stream.json"),  # both drafters' stream
                 "stream": f"{args.stream}-{'-'.join(args.domains)}-x{args.per_domain}"}  # fmt: skip
+    decoder = SpeculativeDecoder(standard, teacher, gamma=gammas["standard"])
+    tails = report.TailServing(stream, dataset, decoder, baseline, tokenizer.eos_token_id, args)
+    progress = StreamProgress(stream, blocks, lag=int(online.online_background_update))
     trainer = build_trainer(training_args, draft, teacher, tokenizer, dataset, run_info=repo_relative(run_info),
-                            callbacks=[StreamProgress(stream, blocks, lag=int(online.online_background_update))],
-                            gamma_policy=choice.gamma_policy() if adaptive else None)  # fmt: skip
+                            callbacks=[progress, tails], gamma_policy=choice.gamma_policy() if adaptive else None)  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # the progress bar shows alpha; no dict per query
     trainer.train()
     trainer.save_model(str(out / "draft"))
     state = trainer.loop.state  # the run's records: one QueryStats per query served
 
-    decoder = SpeculativeDecoder(standard, teacher, gamma=gammas["standard"])
-    rows = report.tail_rows(stream, dataset, state.queries, decoder, baseline, tokenizer.eos_token_id, args)
+    rows = tails.rows(state.queries)
     # the ceiling recorded at the start-up choice's gamma (Standard SD's; online SD's unless adaptive)
     ceiling = (
         report.recorded_ceiling(ceiling_path, stream, args, drafter_path, choice.gamma)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
+from transformers import TrainerCallback
 
 from osd.alpha import format_alpha
 from osd.cost_model import query_time, speedup_measured_verify
@@ -42,24 +42,38 @@ def serve_tail(
     return sd | {"target_tokens": baseline_tokens, "target_s": baseline_s}
 
 
-def tail_rows(stream: list[dict], dataset, queries: list[QueryStats], decoder: SpeculativeDecoder, baseline, eos: int,
-              args) -> list[dict]:  # fmt: skip
-    """Per domain, its last --tail queries: the online run's alpha and latency on them, and Standard SD's
-    and the target alone's (`baseline`), served now."""
-    rows = []
-    for domain in tqdm(args.domains, desc="Standard SD and the target alone on the same queries"):
-        indices = last_of_domain(stream, domain, args.tail)
-        prompts = [dataset[i]["prompt_ids"] for i in indices]
-        standard = serve_tail(decoder, baseline, prompts, args.max_new_tokens, eos)
-        rows.append(
-            {
-                "domain": domain,
-                "queries": indices,
-                "online": online_on(queries, indices),
-                "standard": standard,
-            }
-        )
-    return rows
+class TailServing(TrainerCallback):
+    """Standard SD (`decoder`) and the target alone (`baseline`) on each domain's last --tail queries, served as
+    soon as the online run has served the last of them, between two of its queries (no update runs then: a
+    background update starts only when the next query is served). A machine's speed drifts over a run; served
+    after the whole stream, the target alone would be timed minutes away from the online queries it is compared
+    with."""
+
+    def __init__(
+        self, stream: list[dict], dataset, decoder: SpeculativeDecoder, baseline, eos: int, args
+    ) -> None:
+        self.tails = {domain: last_of_domain(stream, domain, args.tail) for domain in args.domains}
+        self.due = {indices[-1] + 1: domain for domain, indices in self.tails.items()}  # step -> domain
+        self.dataset, self.decoder, self.baseline = dataset, decoder, baseline
+        self.max_new_tokens, self.eos = args.max_new_tokens, eos
+        self.served: dict[str, dict] = {}  # domain -> serve_tail's
+
+    def on_step_end(self, args, state, control, **kwargs):
+        domain = self.due.get(state.global_step)  # after step n the stream's queries 0..n-1 are served
+        if domain is not None:
+            prompts = [self.dataset[i]["prompt_ids"] for i in self.tails[domain]]
+            self.served[domain] = serve_tail(
+                self.decoder, self.baseline, prompts, self.max_new_tokens, self.eos
+            )
+
+    def rows(self, queries: list[QueryStats]) -> list[dict]:
+        """Per domain: the online run's alpha and latency on its tail (`queries`: the run's records), and
+        Standard SD's and the target alone's."""
+        return [
+            {"domain": domain, "queries": indices, "online": online_on(queries, indices),
+             "standard": self.served[domain]}
+            for domain, indices in self.tails.items()
+        ]  # fmt: skip
 
 
 def plot_run(queries: list[QueryStats], rows: list[dict], stream: list[dict], png: Path, target_name: str, args,
