@@ -48,7 +48,7 @@ from transformers import PreTrainedModel
 
 from osd.alpha import pooled_alpha
 from osd.conversations import save_conversations
-from osd.demo.online_demo import PRESET
+from osd.demo.online_demo import LEARNING_RATE, PRESET
 from osd.demo.report import last_of_domain, online_on, tokens_per_s, total_row
 from osd.metric_keys import ALPHA, VLLM_ACCEPTANCE_RATE, group_key
 from osd.models import load_model, load_tokenizer
@@ -157,8 +157,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     add_gamma_flag(ap, DEMO, auto="vLLM speculates a fixed number of tokens")
     ap.add_argument("--max_new_tokens", type=int, default=48)
-    ap.add_argument("--learning_rate", type=float, default=1e-4)
-    # the main job's recipe (4 steps on every served token, in a worker thread); vLLM serves the draft itself
+    ap.add_argument("--learning_rate", type=float, default=LEARNING_RATE)
+    # the main job's recipe (its steps on every served token, in a worker thread); vLLM serves the draft itself
     add_online_flags(ap, replace(PRESET, draft_serving_dtype=None))
     ap.add_argument("--tail", type=int, default=0, help="queries at the end of each domain's block "
                     "compared per domain (default: the demo's, the last third)")  # fmt: skip

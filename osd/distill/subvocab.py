@@ -105,7 +105,9 @@ class TiedRowsEmbedding(nn.Module):
         if not (torch.is_grad_enabled() and self.rows.requires_grad):
             return F.embedding(input_ids, self.weight, self.padding_idx)
         slot = self.slot[input_ids]
-        trained = F.embedding(slot.clamp(min=0), self.rows)
+        # a sparse gradient (the looked-up rows only), which autograd adds into the head's dense one: no dense
+        # [V', H] gradient is built, zeroed and summed at every step
+        trained = F.embedding(slot.clamp(min=0), self.rows, sparse=True)
         return torch.where((slot >= 0).unsqueeze(-1), trained, F.embedding(input_ids, self.weight))
 
     @torch.no_grad()

@@ -155,7 +155,11 @@ class DraftUpdater:
 
     def _reload(self, copy_: nn.Module, route: str) -> nn.Module:
         """`copy_` (a serving copy of the route's draft) with the draft's weights, ready to serve."""
-        copy_.load_state_dict(self.drafts[route].state_dict())  # casts to the copy's dtype
+        # parameter by parameter (the copy is the draft's deep copy: the same parameters in the same order; a
+        # tied weight is one parameter, copied once; buffers are fixed), cast to the copy's dtype
+        with torch.no_grad():
+            for served, trained in zip(copy_.parameters(), self.drafts[route].parameters(), strict=True):
+                served.copy_(trained)
         prepare_for_serving(copy_)
         return copy_
 
