@@ -158,8 +158,9 @@ def main() -> None:
     add_gamma_flag(ap, DEMO, auto="vLLM speculates a fixed number of tokens")
     ap.add_argument("--max_new_tokens", type=int, default=48)
     ap.add_argument("--learning_rate", type=float, default=LEARNING_RATE)
-    # the main job's recipe (its steps on every served token, in a worker thread); vLLM serves the draft itself
-    add_online_flags(ap, replace(PRESET, draft_serving_dtype=None))
+    # the main job's recipe (its steps on every served token, in a worker thread); vLLM serves the draft itself,
+    # and the update runs in a thread (vLLM's engine is not forked)
+    add_online_flags(ap, replace(PRESET, draft_serving_dtype=None, online_update_process=False))
     ap.add_argument("--tail", type=int, default=0, help="queries at the end of each domain's block "
                     "compared per domain (default: the demo's, the last third)")  # fmt: skip
     ap.add_argument("--reference", help="an osd.demo.online_demo summary.json recorded on this stream")

@@ -8,10 +8,12 @@
 A stream of local-workload queries shifts abruptly from one domain to the next (--per_domain each, in
 --domains order). `osd.train --mode online`'s trainer serves it through the one online loop
 (osd.online) with the preset `PRESET`: speculative decoding with the demo draft and the target
-(SmolLM2-135M-Instruct, greedy); after each query the draft takes two AdamW steps (lr 2e-4) on
-every served token in a worker thread while a bf16 copy serves the next query. The recipe was chosen
-by replaying recipes over a recording of this stream (`osd.analysis.online_replay`): four steps at
-1e-4 reach about the same alpha, at twice the update's work beside serving.
+(SmolLM2-135M-Instruct, greedy); after each query the draft takes four AdamW steps (lr 1e-4) on
+every served token in the background while a bf16 copy serves the next query (on the CPU in a forked
+process, `osd.online.update_process`, so that serving never waits for the update's Python). The recipe was chosen
+by replaying recipes over a recording of this stream (`osd.analysis.online_replay`); two steps at 2e-4, half
+the work beside serving, replay about as well but served no faster and learnt a little less in the job
+(benchmarks/results/online_demo/v11_two_steps).
 
 At start-up it measures this machine (osd.spec.serving_choice, about 20 s): the target's step and its
 passes over a few tokens in each dtype and layout on offer, and the draft's step. Speculative decoding
@@ -69,19 +71,19 @@ from osd.spec.gamma import NEEDS_PROPOSALS, Gamma, add_gamma_flag
 from osd.spec.serving_choice import AUTO, DTYPES, LAYOUTS, Choice, available_layouts, measure_and_choose
 from osd.spec.timing import machine
 from osd.streams import abrupt_stream
-from osd.user_errors import non_negative_float, non_negative_int, positive_int, run_main
+from osd.user_errors import non_negative_float, non_negative_int, run_main
 
 ADAPTIVE_BY_DEFAULT = (
     "without --gamma the online draft's gamma is adaptive (Standard SD's is chosen at start-up)"
 )
 CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling"  # one file per gamma
 PRESET = OnlineArguments(
-    online_eval_interval=1, online_steps_per_update=2, online_loss_positions="all",
-    online_background_update=True, draft_serving_dtype="bfloat16",
+    online_eval_interval=1, online_steps_per_update=4, online_loss_positions="all",
+    online_background_update=True, online_update_process=True, draft_serving_dtype="bfloat16",
 )  # fmt: skip
 OUTPUTS = ("alpha.png", "summary.json", "metrics.jsonl", "stream.json", "draft", "drafts", "head")
-LEARNING_RATE = 2e-4  # with PRESET's steps, chosen by replay (benchmarks/results/online_demo/v11_two_steps)
-HEAD_LEARNING_RATE, HEAD_STEPS_PER_UPDATE = 1e-4, 4  # chosen by replay (benchmarks/results/standard_head/v2)
+LEARNING_RATE = 1e-4  # the draft model's, with PRESET's steps
+HEAD_LEARNING_RATE = 1e-4  # chosen by replay (benchmarks/results/standard_head/v2)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -110,8 +112,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "draft model's, its outputs in --output_dir/head")  # fmt: skip
     add("--head_learning_rate", type=non_negative_float, default=HEAD_LEARNING_RATE,
         help="--compare_head: the head's online learning rate")  # fmt: skip
-    add("--head_steps_per_update", type=positive_int, default=HEAD_STEPS_PER_UPDATE,
-        help="--compare_head: the head's --online_steps_per_update")  # fmt: skip
     add("--head_replay_queries", type=non_negative_int, default=None,
         help="--compare_head: the head's --online_replay_queries (default: the draft model's); 4 lifts its alpha "
         "and costs each update 5 queries' work")  # fmt: skip
@@ -267,6 +267,9 @@ def serve_online(
 def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     start = time.perf_counter()
     online = online_arguments(args, online_alpha_window=args.tail)
+    # CUDA cannot be forked: there the update runs in the worker thread (GPU ops hold the GIL briefly)
+    if args.device != "cpu":
+        online = replace(online, online_update_process=False)
     setup_wandb(args.report_to)
     torch.set_num_threads(args.threads)
     sources = {d: json.loads((Path(WORKLOAD_DIR) / f"{d}_train.json").read_text()) for d in args.domains}
@@ -298,11 +301,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
             online.online_replay_queries if args.head_replay_queries is None else args.head_replay_queries
         )
         head_online = replace(
-            online,
-            drafter="head",
-            head_path=args.compare_head,
-            online_replay_queries=replay,
-            online_steps_per_update=args.head_steps_per_update,
+            online, drafter="head", head_path=args.compare_head, online_replay_queries=replay
         )
         head, head_standard = load_drafts(args, head_online, tokenizer)
         models = (head, head_standard.to(args.device), teacher, baseline, tokenizer)

@@ -261,6 +261,11 @@ class DistillTrainingArguments(OnlineArguments, TrainingArguments):
                 "--drafter head learns online (--mode online) over its own draft vocabulary and no embedding of "
                 "its own: drop --draft_vocab_size, --draft_vocab_rows_only and --freeze_embeddings"
             )
+        if self.online_update_process and self.save_strategy != "no":
+            raise ValueError(
+                "--online_update_process keeps the optimizer's state in the update process, where no checkpoint "
+                "would find it: add --save_strategy no, or drop --online_update_process"
+            )
         if self.draft_vocab_rows_only and self.freeze_embeddings:
             raise ValueError(
                 "--draft_vocab_rows_only trains rows that --freeze_embeddings freezes: choose one"

@@ -111,6 +111,14 @@ class OnlineArguments:
             "than without it. Needs a spare core."
         },
     )
+    online_update_process: bool = field(
+        default=False,
+        metadata={
+            "help": "Online mode, with --online_background_update: run the update's steps in a forked process "
+            "(the draft's weights in shared memory), not in the worker thread, so that serving never waits for "
+            "the update's Python (the GIL). Linux, CPU drafts, no checkpoints (the optimizer's state stays there)."
+        },
+    )
 
     def __post_init__(self) -> None:
         refuse_non_finite(self)  # every float flag, also those of the subclasses (osd.train's, osd.serving's)
@@ -128,6 +136,8 @@ def check_online_arguments(a: OnlineArguments) -> None:
             raise ValueError(f"--{name} must be one of {list(choices)}, got {value!r}")
     if a.drafter != "head" and (a.head_path is not None or a.online_rejected_weight):
         raise ValueError("--head_path and --online_rejected_weight are for --drafter head")
+    if a.online_update_process and not a.online_background_update:
+        raise ValueError("--online_update_process runs background updates: add --online_background_update")
     if a.online_rejected_weight < 0:
         raise ValueError(f"--online_rejected_weight must be >= 0, got {a.online_rejected_weight}")
     for name, minimum in (("online_update_interval", 0), ("online_replay_queries", 0), ("online_eval_interval", 1),

@@ -14,7 +14,9 @@ what it serves (`start`, just before it serves again); then a worker thread runs
 the copies serve, and reloads a spare copy of each updated draft (cast, and prepared for the engine's
 step: `osd.spec.drafter.prepare_for_serving`). `finish` collects it (waiting, or only when done) and swaps
 the spares in, so no reload is left on the serving path. torch ops release the GIL, so serving and the
-update each use a core.
+update each use a core; but the update's Python between its many small ops holds the GIL that serving's
+ops wait for. With --online_update_process the worker thread hands the update's steps to a forked process
+(`osd.online.update_process`) and only reloads the spares itself.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from torch import nn
 from osd.online.buffer import Buffers, materialize
 from osd.online.config import OnlineArguments
 from osd.online.records import OnlineState
+from osd.online.update_process import UpdateProcess
 from osd.spec.drafter import prepare_for_serving
 
 # (draft, buffered queries, backward) -> the mean loss over the buffer, detached (None: nothing to learn)
@@ -80,6 +83,8 @@ class DraftUpdater:
         self._stale: set[str] = set()
         self._job: Future | None = None
         self._worker: ThreadPoolExecutor | None = None
+        # --online_update_process: forked at the first background update
+        self._process: UpdateProcess | None = None
 
     # ---- buffer, update ----------------------------------------------------------------------
 
@@ -94,10 +99,14 @@ class DraftUpdater:
         loss = None
         while (due := self.buffers.due()) and (last or not self.config.online_background_update):
             start = time.perf_counter()
-            losses = self._update({route: self.buffers.take(route) for route in due})
+            losses = self._steps({route: self.buffers.take(route) for route in due})
             self.state.update_time_s += time.perf_counter() - start
             loss = self._landed(losses)
         return loss
+
+    def _steps(self, due: dict[str, list[Any]]) -> dict[str, torch.Tensor | None]:
+        """The update here, or in the update process once there is one (which then holds the optimizer's state)."""
+        return self._update(due) if self._process is None else self._process.update(due)
 
     def _update(self, due: dict[str, list[Any]]) -> dict[str, torch.Tensor | None]:
         """--online_steps_per_update optimizer steps on the due buffers; each route's last loss."""
@@ -138,6 +147,8 @@ class DraftUpdater:
             return
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osd-online-update")
+            if self.config.online_update_process:
+                self._process = UpdateProcess(self._update, self.drafts)
         self._job = self._worker.submit(
             self._timed_update, {route: self.buffers.take(route) for route in due}
         )
@@ -145,9 +156,10 @@ class DraftUpdater:
     def _timed_update(
         self, due: dict[str, list[Any]]
     ) -> tuple[dict[str, torch.Tensor | None], dict[str, nn.Module], float]:
-        """In the worker: the update, then each updated draft's spare serving copy reloaded from it."""
+        """In the worker: the update (here or in the update process), then each updated draft's spare serving copy
+        reloaded from it."""
         start = time.perf_counter()
-        losses = self._update(due)
+        losses = self._steps(due)
         reloaded = {
             route: self._reload(self._spares[route], route) for route in losses if route in self._spares
         }
@@ -181,6 +193,9 @@ class DraftUpdater:
         if self._worker is not None:
             self._worker.shutdown()
             self._worker = None
+        if self._process is not None:
+            self._process.close()
+            self._process = None
 
     # ---- serving -----------------------------------------------------------------------------
 

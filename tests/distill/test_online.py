@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import threading
 
 import pytest
@@ -455,3 +456,47 @@ def test_batched_serving_matches_one_query_per_step(tmp_path, background):
         assert q2.alpha_sum == pytest.approx(q1.alpha_sum, abs=1e-5) and q2.num_proposed == q1.num_proposed
     torch.testing.assert_close(draft_2.state_dict(), draft_1.state_dict())
     assert t2.loop.state.updates == 4
+
+
+def test_update_process_takes_the_steps_the_worker_thread_takes(tmp_path):
+    """--online_update_process: the update's steps run in a forked process on the same buffers from the same
+    weights and optimizer state, so the drafts served and the final weights equal those of the worker thread's
+    run; the steps ran in another process, and the parent's draft holds their result."""
+    stream = write_stream(tmp_path / "stream.json", 8)
+    runs = {}
+    for process in (False, True):
+        draft, target = make_pair()
+        start = {k: v.clone() for k, v in draft.state_dict().items()}
+        trainer = make_trainer(tmp_path / f"process_{process}", stream, draft, target, online_loss_positions="all",
+                               online_background_update=True, online_update_process=process,
+                               online_steps_per_update=2)  # fmt: skip
+        pids = []
+        loss_ = trainer._loss
+        trainer._loss = lambda *a, pids=pids, loss_=loss_: pids.append(os.getpid()) or loss_(*a)
+        trainer.train()
+        assert trainer.loop.state.updates == 4 and trainer.loop.updater._process is None  # closed at the end
+        runs[process] = draft, start, trainer, pids
+    draft_thread, _, trainer_thread, pids_thread = runs[False]
+    draft_process, start, trainer_process, pids_process = runs[True]
+    assert not pids_process and set(pids_thread) == {os.getpid()}  # the process's pid is not recorded here
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert not torch.allclose(start[name], draft_process.state_dict()[name], atol=1e-3)  # it did learn, here
+    torch.testing.assert_close(draft_process.state_dict(), draft_thread.state_dict(), rtol=0.0, atol=1e-6)
+    assert trainer_process.loop.state.losses == pytest.approx(trainer_thread.loop.state.losses, abs=1e-6)
+    served = [q.alpha_sum for q in trainer_process.loop.state.queries]
+    assert served == pytest.approx([q.alpha_sum for q in trainer_thread.loop.state.queries], abs=1e-6)
+
+
+def test_update_process_reports_its_error_here(tmp_path):
+    """An update that fails in the process fails the run here, with the process's traceback."""
+    stream = write_stream(tmp_path / "stream.json", 4)
+    draft, target = make_pair()
+    trainer = make_trainer(tmp_path, stream, draft, target, online_background_update=True,
+                           online_update_process=True)  # fmt: skip
+
+    def broken(*args):
+        raise ArithmeticError("a loss that cannot be computed")
+
+    trainer._loss = broken
+    with pytest.raises(RuntimeError, match="(?s)failed in its process.*ArithmeticError: a loss that cannot"):
+        trainer.train()
