@@ -2,9 +2,12 @@ r"""Does a trainer beside the engine slow serving, and through what: the GIL (a 
 
     python -m benchmarks.trainer_contention --rounds 4 --trainers thread thread_fused process_fused \
         --out benchmarks/results/trainer_contention/v2
+    python -m benchmarks.trainer_contention --rounds 3 --trainers thread_fused process_fused --layout bf16_rows \
+        --out outputs/trainer_contention_rows
 
 `osd.spec` serves --queries eval prompts of --domain with the demo pair (greedy, --max_propose_num, bf16, one
-torch thread) alone and beside each of --trainers, --rounds times in turn. A trainer loops the online
+torch thread; --layout: the target's and the draft's linears as `osd.spec.serving_choice` lays them out, as
+the main job's start-up may choose) alone and beside each of --trainers, --rounds times in turn. A trainer loops the online
 update (what --online_background_update runs: the forward KL of one buffered query on every served token,
 on the draft's own head, backward, AdamW step, the draft in float32) in a thread or a process, with
 torch's AdamW (`adamw_torch`, as Trainer's optim) or its fused kernel (`adamw_torch_fused`). Serving
@@ -32,6 +35,7 @@ from osd.results import markdown_table, save_results
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
 from osd.spec.gamma import DEMO, add_gamma_flag
+from osd.spec.serving_choice import LAYOUTS, serving_copy
 from osd.streams import load_sources
 from osd.user_errors import run_main
 
@@ -81,13 +85,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--warm_s", type=float, default=8.0, help="seconds the trainer runs before serving starts"
     )
+    parser.add_argument("--layout", choices=list(LAYOUTS), default="plain", help="the linears' layout")
     parser.add_argument("--out", default="outputs/trainer_contention")
     args = parse(parser, argv)
     tokenizer = load_tokenizer(str(TARGET_PATH), None)
     records = load_sources([args.domain], "eval")[args.domain][: args.queries]
     prompts = [torch.tensor([encode_prompt(tokenizer, user_query(r))]) for r in records]
-    target = load_model(str(TARGET_PATH), "bfloat16", None).eval()
-    draft = load_model(str(DRAFT_PATH), "bfloat16", None).eval()
+    layout = LAYOUTS[args.layout]
+    if not layout.available():
+        raise ValueError(f"--layout {args.layout} is not available on this machine")
+    target = serving_copy(load_model(str(TARGET_PATH), "bfloat16", None).eval(), args.layout)
+    # the draft as the main job serves it: a bf16 copy with its sub-vocabulary head, in the layout
+    draft = apply_draft_vocab(load_model(str(DRAFT_PATH), "bfloat16", None).eval())
+    if layout.dtype == "bfloat16" and layout.retype is not None:
+        layout.retype(draft)
     decoder = SpeculativeDecoder(draft, target, gamma=args.gamma)
     first = decoder.generate(prompts[0], max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
                              return_target_logits=True)  # fmt: skip
