@@ -10,10 +10,10 @@ A stream of local-workload queries shifts abruptly from one domain to the next (
 (osd.online) with the preset `PRESET`: speculative decoding with the demo draft and the target
 (SmolLM2-135M-Instruct, greedy); after each query the draft takes four AdamW steps (lr 1e-4) on
 every served token in the background while a bf16 copy serves the next query (on the CPU in a forked
-process, `osd.online.update_process`, so that serving never waits for the update's Python). The recipe was chosen
-by replaying recipes over a recording of this stream (`osd.analysis.online_replay`); two steps at 2e-4, half
-the work beside serving, replay about as well but served no faster and learnt a little less in the job
-(benchmarks/results/online_demo/v11_two_steps).
+process, `osd.online.update_process`, so that serving never waits for the update's Python). The recipe
+was chosen by replaying recipes over a recording of this stream (`osd.analysis.online_replay`); two
+steps at 2e-4, half the work, replay about as well but served no faster and learnt a little less in the
+job (benchmarks/results/online_demo/v11_update_process/two_steps).
 
 At start-up it measures this machine (osd.spec.serving_choice, about 20 s): the target's step and its
 passes over a few tokens in each dtype and layout on offer, and the draft's step. Speculative decoding
