@@ -7,10 +7,10 @@ r"""Does a trainer beside the engine slow serving, and through what: the GIL (a 
 
 `osd.spec` serves --queries eval prompts of --domain with the demo pair (greedy, --max_propose_num, bf16, one
 torch thread; --layout: the target's and the draft's linears as `osd.spec.serving_choice` lays them out, as
-the main job's start-up may choose) alone and beside each of --trainers, --rounds times in turn. A trainer loops the online
-update (what --online_background_update runs: the forward KL of one buffered query on every served token,
-on the draft's own head, backward, AdamW step, the draft in float32) in a thread or a process, with
-torch's AdamW (`adamw_torch`, as Trainer's optim) or its fused kernel (`adamw_torch_fused`). Serving
+the main job's start-up may choose) alone and beside each of --trainers, --rounds times in turn. A trainer
+loops the online update (what --online_background_update runs: the forward KL of one buffered query on every
+served token, on the draft's own head, backward, AdamW step, the draft in float32) in a thread or a process,
+with torch's AdamW (`adamw_torch`, as Trainer's optim) or its fused kernel (`adamw_torch_fused`). Serving
 speed is generated tokens over the engine's own time (SpecOutput.wall_time_s); the trainer's steps taken
 meanwhile show it really ran, and their rate what one step costs. Writes {out}/results.json and table.md.
 """
