@@ -9,11 +9,11 @@ A stream of local-workload queries shifts abruptly from one domain to the next (
 --domains order). `osd.train --mode online`'s trainer serves it through the one online loop
 (osd.online) with the preset `PRESET`: speculative decoding with the demo draft and the target
 (SmolLM2-135M-Instruct, greedy); after each query the draft takes four AdamW steps (lr 1e-4) on
-every served token in the background while a bf16 copy serves the next query (on the CPU in a forked
-process, `osd.online.update_process`, so that serving never waits for the update's Python). The recipe
-was chosen by replaying recipes over a recording of this stream (`osd.analysis.online_replay`); two
-steps at 2e-4, half the work, replay about as well but served no faster and learnt a little less in the
-job (benchmarks/results/online_demo/v11_update_process/two_steps).
+every token of that query and of the one before it, in the background while a bf16 copy serves the
+next query (on the CPU in a forked process, `osd.online.update_process`, so that serving never waits
+for the update's Python). The recipe was chosen by replaying recipes over a recording of this stream
+(`osd.analysis.online_replay`; benchmarks/results/online_demo/v11_update_process): revisiting the
+previous query lifts sql's and math's alpha, and the update process makes its work cheap for serving.
 
 At start-up it measures this machine (osd.spec.serving_choice, about 20 s): the target's step and its
 passes over a few tokens in each dtype and layout on offer, and the draft's step. Speculative decoding
@@ -78,7 +78,7 @@ ADAPTIVE_BY_DEFAULT = (
 )
 CEILING_PATH = REPO_ROOT / "benchmarks" / "results" / "online_demo" / "ceiling"  # one file per gamma
 PRESET = OnlineArguments(
-    online_eval_interval=1, online_steps_per_update=4, online_loss_positions="all",
+    online_eval_interval=1, online_steps_per_update=4, online_replay_queries=1, online_loss_positions="all",
     online_background_update=True, online_update_process=True, draft_serving_dtype="bfloat16",
 )  # fmt: skip
 OUTPUTS = ("alpha.png", "summary.json", "metrics.jsonl", "stream.json", "draft", "drafts", "head")

@@ -110,7 +110,7 @@ def test_compare_head_serves_the_same_stream_with_a_head_beside_the_draft_model(
     summary = main(["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--dtype", "float32",
                     "--domains", "sql", "code", "--per_domain", "2", "--tail", "1", "--max_new_tokens", "8",
                     "--compare_head", str(head_path), "--head_learning_rate", "1e-3", "--head_replay_queries", "4",
-                    "--output_dir", str(out)])  # fmt: skip
+                    "--online_replay_queries", "0", "--output_dir", str(out)])  # fmt: skip
     head = summary["head"]
     assert head["head_path"].endswith("head_in") and head["updates"] == summary["updates"] == 4
     peaks = {name: [e["buffer_peak_mb"] for e in map(json.loads, (folder / "metrics.jsonl").open())
