@@ -6,9 +6,9 @@ waits while the update's Python runs, so serving slows down by more than the sec
 explains (`benchmarks/trainer_contention.py` measures both). `UpdateProcess` runs the updates in a process forked from this one instead (fork: it inherits the
 trainer, its optimizer and loss as they are, nothing is pickled but each update's buffered queries). The drafts'
 parameters are moved into memory shared with that process first, so its optimizer steps write the weights this
-process reads; the optimizer's state, the gradients and the activations stay in the update process. Linux (fork)
-and CPU drafts only (CUDA cannot be forked); a run that saves checkpoints cannot use it (the optimizer's state is
-not in this process).
+process reads; the optimizer's state, the gradients and the activations stay in the update process, which uses
+one torch thread. Linux (fork) and CPU drafts only (CUDA cannot be forked); a run that saves checkpoints cannot use
+it (the optimizer's state is not in this process).
 """
 
 from __future__ import annotations
@@ -94,6 +94,9 @@ class UpdateProcess:
 def _serve(update: Update, conn: Connection, parent_end: Connection) -> None:
     """The update process: updates until it is sent None (or this process's parent closes the pipe)."""
     parent_end.close()
+    # one thread: GNU OpenMP's thread pool does not survive a fork (a parallel region in the child would hang when
+    # the parent ran one with more threads); with one, none is entered
+    torch.set_num_threads(1)
     while True:
         try:
             due = pickle.loads(conn.recv_bytes())

@@ -487,6 +487,22 @@ def test_update_process_takes_the_steps_the_worker_thread_takes(tmp_path):
     assert served == pytest.approx([q.alpha_sum for q in trainer_thread.loop.state.queries], abs=1e-6)
 
 
+def test_update_process_runs_after_the_parent_used_more_threads(tmp_path):
+    """A process forked from one whose OpenMP pool ran with two threads hangs in its first parallel region unless it
+    keeps to one thread: the run must finish and learn."""
+    stream = write_stream(tmp_path / "stream.json", 4)
+    draft, target = make_pair()
+    start = draft.model.layers[0].mlp.up_proj.weight.detach().clone()
+    torch.set_num_threads(2)  # the fixture `one_thread` restores the count
+    a = torch.randn(256, 256)
+    assert torch.isfinite(a @ a).all()  # the parent's pool in use
+    trainer = make_trainer(tmp_path, stream, draft, target, online_background_update=True,
+                           online_update_process=True, online_update_interval=1)  # fmt: skip
+    trainer.train()
+    assert trainer.loop.state.updates == 4
+    assert not torch.allclose(start, draft.model.layers[0].mlp.up_proj.weight, atol=1e-3)
+
+
 def test_update_process_reports_its_error_here(tmp_path):
     """An update that fails in the process fails the run here, with the process's traceback."""
     stream = write_stream(tmp_path / "stream.json", 4)
