@@ -35,7 +35,7 @@ from osd.results import markdown_table, save_results
 from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab, draft_vocab_ids, restrict_divergence
 from osd.spec.gamma import DEMO, add_gamma_flag
-from osd.spec.serving_choice import LAYOUTS, serving_copy
+from osd.spec.serving_choice import LAYOUTS, retype_draft, serving_copy
 from osd.streams import load_sources
 from osd.user_errors import run_main
 
@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     target = serving_copy(load_model(str(TARGET_PATH), "bfloat16", None).eval(), args.layout)
     # the draft as the main job serves it: a bf16 copy with its sub-vocabulary head, in the layout
     draft = apply_draft_vocab(load_model(str(DRAFT_PATH), "bfloat16", None).eval())
-    if layout.dtype == "bfloat16" and layout.retype is not None:
-        layout.retype(draft)
+    retype_draft(draft, args.layout)
     decoder = SpeculativeDecoder(draft, target, gamma=args.gamma)
     first = decoder.generate(prompts[0], max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
                              return_target_logits=True)  # fmt: skip

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench_engine with online-distilled drafts, one per domain: the Standard demo draft distilled online with the
 # main job's recipe until 3ea54b3 (osd.analysis.online_replay: lr 1e-4, 4 AdamW steps after every query on every
-# served token, gamma 3, served in bf16) over the first QUERIES training queries of each domain, answers of TOKENS tokens as
-# bench_engine serves them; then bench_engine, each draft serving its own domain's eval prompts.
+# served token, gamma 3, served in bf16) over the first QUERIES training queries of each domain, answers of TOKENS
+# tokens as bench_engine serves them; then bench_engine, each draft serving its own domain's eval prompts.
 #   bash bash_scripts/online/bench_online_drafts.sh [OUT_DIR]     # default outputs/bench_online_drafts
 #   QUERIES=192 TOKENS=64 by default (~45 min on 2 cores: the recordings and replays run two at a time).
 # Resumable: a recording, draft or result already in OUT_DIR is kept.

@@ -68,7 +68,15 @@ from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.drafter import Drafter
 from osd.spec.gamma import AUTO as ADAPTIVE
 from osd.spec.gamma import NEEDS_PROPOSALS, Gamma, add_gamma_flag
-from osd.spec.serving_choice import AUTO, DTYPES, LAYOUTS, Choice, available_layouts, measure_and_choose
+from osd.spec.serving_choice import (
+    AUTO,
+    DTYPES,
+    LAYOUTS,
+    Choice,
+    available_layouts,
+    measure_and_choose,
+    retype_draft,
+)
 from osd.spec.timing import machine
 from osd.streams import abrupt_stream
 from osd.user_errors import non_negative_float, non_negative_int, run_main
@@ -215,10 +223,8 @@ def serve_online(
     draft, standard, teacher, baseline, tokenizer = models
     adaptive = args.gamma is None and online.drafter == "model"
     gammas: dict[str, Gamma] = {"standard": choice.gamma, "online": ADAPTIVE if adaptive else choice.gamma}
-    layout = LAYOUTS[choice.layout]
-    if layout.dtype == "bfloat16" and layout.retype is not None:  # the drafts' bf16 serving copies alike
-        for model in (draft, standard):
-            layout.retype(model)
+    for model in (draft, standard):  # the drafts' bf16 serving copies alike
+        retype_draft(model, choice.layout)
     rows_only = (online.drafter == "model" and args.draft_vocab_rows_only and not args.freeze_embeddings
                  and has_tied_draft_vocab(draft))  # fmt: skip
     training_args = DistillTrainingArguments(

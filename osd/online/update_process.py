@@ -3,12 +3,12 @@
 A background update in a thread shares the interpreter's lock (the GIL) with serving: the draft's forward and
 backward are hundreds of small torch ops with Python between them, and every op the serving thread dispatches
 waits while the update's Python runs, so serving slows down by more than the second core's memory traffic
-explains (`benchmarks/trainer_contention.py` measures both). `UpdateProcess` runs the updates in a process forked from this one instead (fork: it inherits the
-trainer, its optimizer and loss as they are, nothing is pickled but each update's buffered queries). The drafts'
-parameters are moved into memory shared with that process first, so its optimizer steps write the weights this
-process reads; the optimizer's state, the gradients and the activations stay in the update process, which uses
-one torch thread. Linux (fork) and CPU drafts only (CUDA cannot be forked); a run that saves checkpoints cannot use
-it (the optimizer's state is not in this process).
+explains (`benchmarks/trainer_contention.py` measures both). `UpdateProcess` runs the updates in a process forked
+from this one instead (fork: it inherits the trainer, its optimizer and loss as they are, nothing is pickled but
+each update's buffered queries). The drafts' parameters are moved into memory shared with that process first, so
+its optimizer steps write the weights this process reads; the optimizer's state, the gradients and the
+activations stay in the update process, which uses one torch thread. Linux (fork) and CPU drafts only (CUDA cannot
+be forked); a run that saves checkpoints cannot use it (the optimizer's state is not in this process).
 """
 
 from __future__ import annotations

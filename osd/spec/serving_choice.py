@@ -97,6 +97,14 @@ def serving_copy(target: PreTrainedModel, layout: str) -> PreTrainedModel:
     return model
 
 
+def retype_draft(draft: torch.nn.Module, layout: str) -> None:
+    """A bf16 draft served beside a target in `layout`: its linears retyped alike (in place) where the layout is a
+    bf16 one with a retype; beside a float32 or plain target it stays as it is."""
+    spec = LAYOUTS[layout]
+    if spec.dtype == "bfloat16" and spec.retype is not None:
+        spec.retype(draft)
+
+
 @dataclass
 class Measured:
     """Seconds of a target's prefill and of its forwards over 1..len(pass_s) new tokens after it (pass_s[0]:
