@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from osd.distill.subvocab import TiedRowsEmbedding
 from osd.online.buffer import Buffers, materialize
 from osd.online.config import OnlineArguments
 from osd.online.records import OnlineState
@@ -167,11 +168,17 @@ class DraftUpdater:
 
     def _reload(self, copy_: nn.Module, route: str) -> nn.Module:
         """`copy_` (a serving copy of the route's draft) with the draft's weights, ready to serve."""
-        # parameter by parameter (the copy is the draft's deep copy: the same parameters in the same order; a
-        # tied weight is one parameter, copied once; buffers are fixed), cast to the copy's dtype
+        # only what the updates change (the copy is the draft's deep copy: the same parameters and modules in the
+        # same order; a tied weight is one parameter; buffers are fixed), cast to the copy's dtype: the trained
+        # parameters, and the rows of a frozen tied weight that --draft_vocab_rows_only writes back
+        draft = self.drafts[route]
         with torch.no_grad():
-            for served, trained in zip(copy_.parameters(), self.drafts[route].parameters(), strict=True):
-                served.copy_(trained)
+            for served, trained in zip(copy_.parameters(), draft.parameters(), strict=True):
+                if trained.requires_grad:
+                    served.copy_(trained)
+            for served, trained in zip(copy_.modules(), draft.modules(), strict=True):
+                if isinstance(trained, TiedRowsEmbedding):
+                    served.weight.index_copy_(0, trained.token_ids, trained.rows.to(served.weight.dtype))
         prepare_for_serving(copy_)
         return copy_
 

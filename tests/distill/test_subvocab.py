@@ -137,6 +137,25 @@ def test_rows_only_trains_the_heads_rows_keeps_the_others_and_saves_a_plain_mode
     torch.testing.assert_close(saved.get_input_embeddings().weight, weight.detach())
 
 
+def test_rows_only_serving_copy_reloads_the_written_back_rows(tmp_path):
+    """A background update's serving copy reloads only what changes (the trained parameters, the frozen tied
+    weight's V' rows): it must still equal the draft, cast, after every update."""
+    from osd.online.loop import SHARED_DRAFT
+
+    draft, target = tied_subvocab_pair(range(0, len(VOCAB), 2))
+    before = draft.get_input_embeddings().weight.detach().clone()
+    stream = write_stream(tmp_path / "stream.json", 6)
+    trainer = make_trainer(tmp_path, stream, draft, target, online_loss_positions="all", online_update_interval=1,
+                           online_background_update=True, draft_serving_dtype="bfloat16",
+                           draft_vocab_rows_only=True)  # fmt: skip
+    trainer.train()
+    updater = trainer.loop.updater
+    assert updater.state.updates >= 4 and not torch.equal(draft.get_input_embeddings().weight, before)
+    served = updater.serving(SHARED_DRAFT).state_dict()
+    for name, weight in draft.state_dict().items():
+        assert torch.equal(served[name], weight.to(torch.bfloat16)), name
+
+
 def test_rows_only_refuses_a_student_it_cannot_train(tmp_path):
     stream = write_stream(tmp_path / "stream.json", 2)
     draft, target = make_pair()  # full, untied head
