@@ -54,13 +54,14 @@ def feeds(seed: int = 0) -> list[tuple[torch.Tensor, int]]:
 def assert_equal_up_to_rounding(actual: torch.Tensor, expected: torch.Tensor) -> None:
     """float32: elementwise within TOLERANCE. bf16, a 3-layer target's logits and a head's states: rounding adds up
     over the layers and the residual stream grows to about 20 (a bf16 ulp there is 0.125; a small sum of large
-    terms keeps their absolute rounding), so the error is judged over the whole tensor: within 1% of its norm (a
-    state from another row or position is off by about 100%)."""
+    terms keeps their absolute rounding), so the error is judged over the whole tensor: within 3% of its norm (a
+    state from another row or position is off by about 100%; oneDNN's AMX kernels, which it takes for some shapes
+    only, sum in another order: up to 1.04% seen on an AMX CPU, where the same shapes without AMX give 0)."""
     if expected.dtype == torch.float32:
         torch.testing.assert_close(actual, expected, **TOLERANCE[torch.float32])
         return
     error = float((actual.float() - expected.float()).norm() / expected.float().norm())
-    assert error < 1e-2, f"relative error {error:.4f}"
+    assert error < 3e-2, f"relative error {error:.4f}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
