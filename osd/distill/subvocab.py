@@ -111,9 +111,11 @@ class TiedRowsEmbedding(nn.Module):
         return torch.where((slot >= 0).unsqueeze(-1), trained, F.embedding(input_ids, self.weight))
 
     @torch.no_grad()
-    def write_back(self) -> None:
-        """Copy `rows` into the shared weight (after every optimizer step)."""
-        self.weight.index_copy_(0, self.token_ids, self.rows.to(self.weight.dtype))
+    def write_back(self, weight: torch.Tensor | None = None) -> None:
+        """Copy `rows` into the shared weight (after every optimizer step), or into `weight` [V, H] (a serving
+        copy's, which only these rows of the frozen weight distinguish from it)."""
+        weight = self.weight if weight is None else weight
+        weight.index_copy_(0, self.token_ids, self.rows.to(weight.dtype))
 
     def _rows_from_weight(self, state_dict: dict, prefix: str, *args) -> None:
         weight = state_dict.get(prefix + "weight")

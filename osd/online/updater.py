@@ -178,7 +178,7 @@ class DraftUpdater:
                     served.copy_(trained)
             for served, trained in zip(copy_.modules(), draft.modules(), strict=True):
                 if isinstance(trained, TiedRowsEmbedding):
-                    served.weight.index_copy_(0, trained.token_ids, trained.rows.to(served.weight.dtype))
+                    trained.write_back(served.weight)
         prepare_for_serving(copy_)
         return copy_
 

@@ -139,7 +139,7 @@ def test_rows_only_trains_the_heads_rows_keeps_the_others_and_saves_a_plain_mode
 
 def test_rows_only_serving_copy_reloads_the_written_back_rows(tmp_path):
     """A background update's serving copy reloads only what changes (the trained parameters, the frozen tied
-    weight's V' rows): it must still equal the draft, cast, after every update."""
+    weight's V' rows): after the updates it must still equal the draft, cast."""
     from osd.online.loop import SHARED_DRAFT
 
     draft, target = tied_subvocab_pair(range(0, len(VOCAB), 2))
