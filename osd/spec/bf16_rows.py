@@ -17,8 +17,9 @@ with every input row while it is in registers:
   use need): its multiplications then run while the weights stream in, instead of after.
 
 The products are those of a bf16 GEMM with float32 accumulation (bf16 inputs widened exactly, the float32 result
-rounded to bf16 once, as torch's kernels do), up to the order of the additions. Used only without gradients,
-for bf16 CPU tensors (a prefill too); everything else takes `nn.Linear`'s path. The code is compiled for the CPU
+rounded to bf16 once, as torch's kernels do), up to the order of the additions; a float32 input (a draft's
+states in `osd.spec.lean_llama`) is read as it is and its sums come back unrounded. Used only without gradients,
+for bf16 CPU weights (a prefill too); everything else takes `nn.Linear`'s path. The code is compiled for the CPU
 that `NUMBA_CPU_NAME` and `NUMBA_CPU_FEATURES` name where set (numba's variables, which
 `bash_scripts/hold_to_avx2.sh` sets), else for this CPU. Opt-in (`use_bf16_rows_linears`): it speeds up a
 one-token step as well, so apply it to the target-only baseline too when comparing. `osd.spec.serving_choice`
@@ -71,19 +72,24 @@ def pack_tiles(weight: torch.Tensor) -> Tiles:
 
 
 def bf16_rows_product(x: torch.Tensor, weight: torch.Tensor | Tiles) -> torch.Tensor:
-    """x [N, in] bf16 @ weight.T -> [N, out] bf16, by the kernel; `weight` as `pack_tiles` gives it (a plain
-    [out, in] weight is packed for this call)."""
+    """x [N, in] bf16 or float32 @ weight.T -> [N, out] in x's dtype, by the kernel (float32: its sums as they
+    are, not rounded to bf16); `weight` as `pack_tiles` gives it (a plain [out, in] weight is packed for this
+    call)."""
     tiles = weight if isinstance(weight, Tiles) else pack_tiles(weight)
     out_p, in_p = tiles.data.shape[0] * tiles.data.shape[2], tiles.data.shape[1]
     rows = x.shape[0]
-    x32 = torch.zeros(rows, in_p) if in_p != tiles.in_features else torch.empty(rows, in_p)  # [N, in_p]
-    x32[:, : tiles.in_features] = x
+    if x.dtype == torch.float32 and in_p == tiles.in_features and x.is_contiguous():
+        x32 = x  # read in place
+    else:
+        x32 = torch.zeros(rows, in_p) if in_p != tiles.in_features else torch.empty(rows, in_p)  # [N, in_p]
+        x32[:, : tiles.in_features] = x
     y = torch.empty(rows, out_p)  # [N, out_p] float32
-    kernels, w = _kernels(), tiles.data.data_ptr()
-    for start in range(0, rows, MAX_ROWS):
+    kernels, w, x_row0, y_row0 = _kernels(), tiles.data.data_ptr(), x32.data_ptr(), y.data_ptr()
+    for start in range(0, rows, MAX_ROWS):  # pointers to the block's first rows (4 bytes a float32)
         block = min(MAX_ROWS, rows - start)
-        kernels[block](w, x32[start].data_ptr(), y[start].data_ptr(), out_p, in_p, in_p, out_p)
-    return y[:, : tiles.out_features].to(torch.bfloat16)
+        kernels[block](w, x_row0 + 4 * start * in_p, y_row0 + 4 * start * out_p, out_p, in_p, in_p, out_p)
+    y = y[:, : tiles.out_features] if out_p != tiles.out_features else y
+    return y.to(x.dtype)
 
 
 def bf16_rows_linear(

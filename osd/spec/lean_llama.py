@@ -13,11 +13,14 @@ What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
 - grouped-query keys and values read in place by the attention kernel, not repeated per query head;
 - on a CPU, a bf16 or float16 model's attention computed in float32 (`LeanLlama.attention_dtype`), its KV cache
   kept in float32 (the rounded keys and values, widened exactly), the output rounded back;
-- the RoPE frequencies of the model's own rotary embedding;
+- a bf16 draft multiplied by the rows kernel (`osd.spec.bf16_rows`, which widens its inputs to float32 anyway)
+  kept in float32 between the kernel's products (`LeanLlama.state_dtype`): HF's float32 forward of its weights,
+  without a rounding to bf16 and back around every product, norm and attention;
+- the RoPE frequencies of the model's own rotary embedding (repeated to the head's width once per model);
 - each product in the layout of the model's own linear layers (`product_kind`: oneDNN-packed, the bf16 rows
-  kernel, both of these (packed passes, one-token steps by the kernel), weight-major or plain), so that a target
-  served in a layout keeps it; a draft's plain bf16 layers are packed where oneDNN has bf16 kernels
-  (`osd.spec.packed_linear`: the same products, without the per-call reorder);
+  kernel, both of these (packed passes, one-token steps by the kernel; a draft's, every pass by the kernel),
+  weight-major or plain), so that a target served in a layout keeps it; a draft's plain bf16 layers are packed
+  where oneDNN has bf16 kernels (`osd.spec.packed_linear`: the same products, without the per-call reorder);
 - the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere;
 - the input states of chosen layers kept at each forward where an EAGLE-3 head reads them (`hidden_layers`).
 `LeanLlama` is that forward over B rows with position ids and a slot mask; `LeanLlamaCache` runs it for one
@@ -135,10 +138,14 @@ LAYER_PRODUCTS = {
 def product_kind(model: LlamaForCausalLM, pack_plain: bool) -> str:
     """How the lean step multiplies by `model`'s weights: as its linear layers would at inference (their
     `LAYER_PRODUCTS` entry, where it applies to the weights' dtype and device), or "packed" for plain bf16 CPU
-    layers where `pack_plain` and oneDNN has bf16 kernels; otherwise "plain"."""
+    layers where `pack_plain` and oneDNN has bf16 kernels; otherwise "plain". Where `pack_plain` (a draft),
+    "packed_rows" layers take the rows kernel for their prompts too: it reads the draft's float32 states
+    (`LeanLlama.state_dtype`), which oneDNN's packed product would round to bf16."""
     weight = model.get_input_embeddings().weight
     layer = type(model.model.layers[0].self_attn.q_proj)
     kind = LAYER_PRODUCTS.get(layer, "packed" if layer is nn.Linear and pack_plain else "plain")
+    if kind == "packed_rows" and pack_plain:
+        kind = "bf16_rows"
     if kind == "plain":
         return kind
     spec = PRODUCTS[kind]
@@ -167,7 +174,8 @@ class _Weights:
     head: Prepared  # [V' or V, H]
     head_ids: torch.Tensor | None  # [V'] of a sub-vocabulary head
     vocab_size: int  # V
-    inv_freq: torch.Tensor  # [D / 2] float32
+    rope_freqs: torch.Tensor  # [D] float32: the inverse frequencies, twice (HF's cat(freqs, freqs))
+    rope_signs: torch.Tensor  # [D]: -1 in the first half, 1 in the second (`_rotate`)
     rope_scaling: float
 
 
@@ -223,6 +231,7 @@ def _derived_weights(model: LlamaForCausalLM, pack_plain: bool) -> _Weights:
         ]
         head_ids = head.token_ids if isinstance(head, SubVocabHead) else None
         rows = head.weight if head_ids is None else head.weight.index_select(0, head_ids)
+        inv_freq = model.model.rotary_emb.inv_freq.float()  # [D / 2]
         weights = _Weights(
             key=key,
             product=kind,
@@ -232,7 +241,8 @@ def _derived_weights(model: LlamaForCausalLM, pack_plain: bool) -> _Weights:
             head=product(rows),
             head_ids=head_ids,
             vocab_size=head.weight.shape[0],
-            inv_freq=model.model.rotary_emb.inv_freq.float(),
+            rope_freqs=inv_freq.repeat(2),
+            rope_signs=torch.cat([-torch.ones_like(inv_freq), torch.ones_like(inv_freq)]),
             rope_scaling=float(model.model.rotary_emb.attention_scaling),
         )
     _derived[model] = weights
@@ -267,6 +277,10 @@ class LeanLlama:
         dtype = self.w.embed.dtype
         reduced_on_cpu = self.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
         self.attention_dtype = torch.float32 if reduced_on_cpu else dtype
+        # a draft multiplied by the rows kernel, which widens its inputs to float32 anyway, keeps its states in
+        # float32: no rounding to bf16 and back around every product, norm and attention (a target keeps HF's)
+        self.state_dtype = torch.float32 if pack_plain and self.w.product == "bf16_rows" else dtype
+        self.rope_signs = self.w.rope_signs.to(self.device, self.state_dtype)  # [D]
 
     @property
     def device(self) -> torch.device:
@@ -285,7 +299,7 @@ class LeanLlama:
         [B, num_logits, V]."""
         B, n = tokens.shape
         cos, signed_sin = self._rope(positions)  # [B, 1, n, D] each
-        h = F.embedding(tokens, self.w.embed)  # [B, n, H]
+        h = F.embedding(tokens, self.w.embed).to(self.state_dtype)  # [B, n, H]
         inputs = {}  # the kept layers' input states, [B, n, H] each
         kv_dtype = self.attention_dtype  # what the store keeps and attention reads
         for i, layer in enumerate(self.w.layers):
@@ -332,23 +346,22 @@ class LeanLlama:
         return attn.to(q.dtype)
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """LlamaRMSNorm: normalised in float32, scaled in the input's dtype."""
+        """LlamaRMSNorm: normalised in float32, scaled in the input's dtype (float32 states: in one op)."""
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, weight.shape, weight.float(), self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * x32.to(x.dtype)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [B, 1, n, D] at position ids [B, n], as LlamaRotaryEmbedding computes them, the sin's first
-        half negated (`_rotate`)."""
-        inv_freq = self.w.inv_freq.to(self.device)  # [D / 2]
-        freqs = positions.to(self.device, torch.float32)[..., None] * inv_freq  # [B, n, D / 2]
-        angles = torch.cat([freqs, freqs], dim=-1)[:, None]
-        dtype = self.w.embed.dtype
-        sin = (angles.sin() * self.w.rope_scaling).to(dtype)
-        half = sin.shape[-1] // 2
-        return (angles.cos() * self.w.rope_scaling).to(dtype), torch.cat(
-            [-sin[..., :half], sin[..., half:]], dim=-1
-        )
+        """cos and sin [B, 1, n, D] at position ids [B, n] in `state_dtype`, as LlamaRotaryEmbedding computes them,
+        the sin's first half negated (`_rotate`; negation is exact, before or after rounding)."""
+        freqs = self.w.rope_freqs.to(self.device)  # [D]: the inverse frequencies, twice
+        angles = positions.to(self.device, torch.float32)[:, None, :, None] * freqs  # [B, 1, n, D]
+        cos, sin = angles.cos(), angles.sin()
+        if self.w.rope_scaling != 1.0:
+            cos, sin = cos * self.w.rope_scaling, sin * self.w.rope_scaling
+        return cos.to(self.state_dtype), sin.to(self.state_dtype) * self.rope_signs
 
 
 class LeanLlamaCache:

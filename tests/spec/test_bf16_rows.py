@@ -54,6 +54,24 @@ def test_product_is_the_float32_sum_rounded_once_to_bf16(rows, out_in):
     assert same > 0.95, same  # rounding the float32 sum rarely lands on another bf16 than the exact sum's
 
 
+@pytest.mark.parametrize("rows", [1, 3, 8, 9])
+@pytest.mark.parametrize("out_in", [(70, 96), (32, 30), (64, 64)])  # padded outputs, padded inputs, neither
+def test_a_float32_input_gives_the_float32_sum_unrounded(rows, out_in):
+    """A float32 input (a draft's states, `osd.spec.lean_llama.LeanLlama.state_dtype`) is multiplied as it is, by the
+    bf16 weights widened, and the float32 sum comes back unrounded: within float32 rounding of float64
+    arithmetic; the input is left as it was."""
+    torch.manual_seed(rows)
+    out_features, in_features = out_in
+    x = torch.randn(rows, in_features)
+    before = x.clone()
+    w = torch.randn(out_features, in_features, dtype=torch.bfloat16)
+    y = bf16_rows_product(x, pack_tiles(w))
+    assert y.dtype == torch.float32 and y.shape == (rows, out_features)
+    torch.testing.assert_close(y.double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(y, y.to(torch.bfloat16).float())  # not rounded to bf16 on the way
+    assert torch.equal(x, before)
+
+
 @pytest.mark.parametrize("shape", [(1, 16), (2, 3, 16), (7, 16)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_forward_matches_torchs_bf16_linear(shape, bias):

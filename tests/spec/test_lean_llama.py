@@ -4,6 +4,8 @@ engine's output unchanged, alone and in batches."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -201,6 +203,31 @@ def test_a_target_served_in_a_layout_keeps_its_products_and_hf_logits(layout):
             lean.crop(len(lean) - drop)
         n = tokens.shape[1]
         torch.testing.assert_close(lean.forward(tokens, n), hf.forward(tokens, n), **tolerance)
+
+
+@pytest.mark.parametrize("layout", ["bf16_rows", "packed_rows"])
+@pytest.mark.parametrize("name", ["grouped-query", "sub-vocabulary head"])
+@torch.inference_mode()
+def test_a_draft_multiplied_by_the_rows_kernel_keeps_float32_states(layout, name):
+    """A bf16 draft served beside a target in a layout of the rows kernel keeps its states in float32 between the
+    kernel's products (prompts included): its logits are HF's float32 forward's over the same bf16 weights,
+    widened, through crops. A target in that layout keeps bf16 states, as HF's bf16 forward."""
+    if layout not in available_layouts():
+        pytest.skip(f"{layout} is not on offer here")
+    model = draft_variants()[name].to(torch.bfloat16)
+    draft = serving_copy(model, layout)  # the draft as `retype_draft` serves it
+    widened = hf_attention_as_the_lean_step(copy.deepcopy(model).float())
+    hf, lean = CachedModel(widened, None), draft_cache(draft, None)
+    assert lean.lean.w.product == "bf16_rows" and lean.lean.state_dtype == torch.float32
+    assert target_cache(draft).lean.state_dtype == torch.bfloat16
+    for tokens, drop in feeds(seed=3):
+        if drop:
+            hf.crop(len(hf) - drop)
+            lean.crop(len(lean) - drop)
+        n = tokens.shape[1]
+        got = lean.forward(tokens, n)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, hf.forward(tokens, n), atol=1e-4, rtol=1e-4)
 
 
 def test_a_drafts_plain_bf16_layers_are_packed_where_onednn_has_bf16_kernels():
