@@ -14,7 +14,10 @@ with every input row while it is in registers:
 - each vector is multiplied with every input row's element, broadcast, into one accumulator per row and half
   (outer products: no horizontal sums), up to 4 rows at a time, the tile then serving the next 4 rows from cache;
 - a group of 2-4 rows (3-4 with AVX-512) prefetches the weights 16 KiB ahead into L2 (not L1, which the lines in
-  use need): its multiplications then run while the weights stream in, instead of after.
+  use need): its multiplications then run while the weights stream in, instead of after. Whether a smaller group
+  (a one-token step, a pass over two) gains by prefetching too depends on the CPU: on an AMD EPYC it costs more
+  than it hides, on an Intel Xeon it hides much of the memory's latency. Both kernels are compiled for those rows,
+  and the one that streams a large weight faster here serves (`prefetch_choice`).
 
 The products are those of a bf16 GEMM with float32 accumulation (bf16 inputs widened exactly, the float32 result
 rounded to bf16 once, as torch's kernels do), up to the order of the additions; a float32 input (a draft's
@@ -32,6 +35,7 @@ import ctypes
 import importlib.util
 import os
 import threading
+import time
 from collections.abc import Callable
 from functools import cache
 from typing import NamedTuple
@@ -46,9 +50,13 @@ GROUP_ROWS = 4  # rows a tile's weights are multiplied with at once: 8 accumulat
 UNROLL = {1: 4, 2: 2, 3: 1, 4: 1}  # steps along `in` a loop iteration takes, by group rows: 6-8 accumulators
 K_MULTIPLE = 4  # `in` is padded to this (the largest unroll)
 PREFETCH_WORDS = 4096  # how far ahead a group prefetches the weights into L2 (32-bit words: 16 KiB)
-# the fewest rows of a group that prefetches, by vector lanes: a one-row group is bound by its loads, and with
-# AVX-512 a two-row group too (measured on an AMD EPYC): a prefetch there costs more than it hides
+# the fewest rows of a group that always prefetches, by vector lanes: on an AMD EPYC a one-row group is bound by
+# its loads, and with AVX-512 a two-row group too: a prefetch there costs more than it hides (not on an Intel Xeon).
+# Kernels of fewer rows are compiled both ways and raced on a weight of CALIBRATION_SHAPE (`_race`).
 PREFETCH_MIN_ROWS = {8: 2, 16: 3}
+CALIBRATION_SHAPE = (32768, 1024)  # [out, in] bf16, 64 MiB: streamed from memory, as a target's weights are
+CALIBRATION_ROUNDS = 5  # calls of each kernel, alternated; the fastest of each counts
+PREFETCH_MARGIN = 0.97  # the prefetching kernel serves where its fastest call takes at most this share
 
 
 class Tiles(NamedTuple):
@@ -167,9 +175,11 @@ def _kernels() -> dict[int, Kernel]:
 _compiled: dict[int, Kernel] = {}
 _compile_lock = threading.Lock()
 _keep_alive: list = []
+_prefetch_races: dict[int, tuple[float, float]] = {}  # rows -> fastest call (s) without and with a prefetch
 
 
 def _compile() -> dict[int, Kernel]:
+    """The kernels for 1..MAX_ROWS rows; for rows below `PREFETCH_MIN_ROWS`, the faster of the two here."""
     import llvmlite.binding as llvm
 
     module, machine = _optimized_module()
@@ -177,7 +187,44 @@ def _compile() -> dict[int, Kernel]:
     engine.finalize_object()
     _keep_alive.append(engine)  # the execution engine owns the compiled code
     signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 4)
-    return {n: signature(engine.get_function_address(f"bf16_rows_{n}")) for n in range(1, MAX_ROWS + 1)}
+
+    def kernel(name: str) -> Kernel:
+        return signature(engine.get_function_address(name))
+
+    kernels = {n: kernel(f"bf16_rows_{n}") for n in range(1, MAX_ROWS + 1)}
+    for rows in range(1, PREFETCH_MIN_ROWS[vector_floats()]):
+        prefetching = kernel(f"bf16_rows_{rows}_prefetch")
+        _prefetch_races[rows] = plain_s, prefetching_s = _race(kernels[rows], prefetching, rows)
+        if prefetching_s <= PREFETCH_MARGIN * plain_s:
+            kernels[rows] = prefetching
+    return kernels
+
+
+def _race(plain: Kernel, prefetching: Kernel, rows: int) -> tuple[float, float]:
+    """The fastest of CALIBRATION_ROUNDS calls of each kernel (alternated) over `rows` rows and a weight of
+    CALIBRATION_SHAPE, in seconds."""
+    out_p, in_p = CALIBRATION_SHAPE
+    w = torch.zeros(out_p * in_p, dtype=torch.bfloat16)  # the tiles' layout; zeros time as any other values
+    x, y = torch.ones(rows, in_p), torch.empty(rows, out_p)
+    best = [float("inf"), float("inf")]
+    for _ in range(CALIBRATION_ROUNDS):
+        for i, kernel in enumerate((plain, prefetching)):
+            start = time.perf_counter()
+            kernel(w.data_ptr(), x.data_ptr(), y.data_ptr(), out_p, in_p, in_p, out_p)
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best[0], best[1]
+
+
+def prefetch_choice() -> dict[str, dict[str, object]]:
+    """For each row count whose kernel was raced in this process (none before the kernels' first use): whether the
+    prefetching kernel serves, and both kernels' fastest call over the calibration weight (ms), for result files."""
+    return {
+        str(rows): {
+            "prefetch": prefetching_s <= PREFETCH_MARGIN * plain_s,
+            "ms": [round(plain_s * 1e3, 3), round(prefetching_s * 1e3, 3)],
+        }
+        for rows, (plain_s, prefetching_s) in sorted(_prefetch_races.items())
+    }
 
 
 def _cpu() -> tuple[str | None, str]:
@@ -230,19 +277,24 @@ def row_groups(rows: int) -> list[int]:
 
 
 def kernels_ir(lanes: int) -> str:
-    """The LLVM IR of the kernels `bf16_rows_1` .. `bf16_rows_{MAX_ROWS}`, in vectors of `lanes` float32."""
+    """The LLVM IR of the kernels `bf16_rows_1` .. `bf16_rows_{MAX_ROWS}`, in vectors of `lanes` float32, and
+    `bf16_rows_{n}_prefetch` for n below `PREFETCH_MIN_ROWS`: the same with a prefetching group."""
     declarations = [
         f"declare <{lanes} x float> @llvm.fma.v{lanes}f32(<{lanes} x float>, <{lanes} x float>, <{lanes} x float>)",
         "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)",
     ]
-    return "\n".join(declarations + [_kernel_ir(rows, lanes) for rows in range(1, MAX_ROWS + 1)])
+    kernels = [_kernel_ir(rows, lanes) for rows in range(1, MAX_ROWS + 1)]
+    kernels += [_kernel_ir(rows, lanes, prefetch=True) for rows in range(1, PREFETCH_MIN_ROWS[lanes])]
+    return "\n".join(declarations + kernels)
 
 
-def _kernel_ir(rows: int, lanes: int) -> str:
+def _kernel_ir(rows: int, lanes: int, prefetch: bool = False) -> str:
     """y[n, o] = sum_k bf16(w)[o, k] x[n, k] for n < rows: w the tiles (i32 words), x float32 [rows, in_p] (row
-    stride ldx), y float32 [rows, out_p] (row stride ldy). For each tile: the row groups, one k loop each."""
+    stride ldx), y float32 [rows, out_p] (row stride ldy). For each tile: the row groups, one k loop each; the
+    first group prefetches where it has `PREFETCH_MIN_ROWS` rows, or where `prefetch` (`_prefetch` in the name)."""
+    name = f"bf16_rows_{rows}" + ("_prefetch" if prefetch else "")
     lines = [
-        f"define void @bf16_rows_{rows}(i32* noalias %w, float* noalias %x, float* noalias %y, i64 %O, i64 %K,"
+        f"define void @{name}(i32* noalias %w, float* noalias %x, float* noalias %y, i64 %O, i64 %K,"
         " i64 %ldx, i64 %ldy) {",
         "entry:",
         *[f"  %xrow{n} = mul i64 %ldx, {n}" for n in range(rows)],
@@ -255,9 +307,8 @@ def _kernel_ir(rows: int, lanes: int) -> str:
     ]
     previous, row0 = "tile", 0
     for g, group in enumerate(row_groups(rows)):
-        lines += _group_ir(
-            f"g{g}", previous, row0, group, lanes, prefetch=g == 0 and group >= PREFETCH_MIN_ROWS[lanes]
-        )
+        first_prefetches = prefetch or group >= PREFETCH_MIN_ROWS[lanes]
+        lines += _group_ir(f"g{g}", previous, row0, group, lanes, prefetch=g == 0 and first_prefetches)
         previous, row0 = f"g{g}_end", row0 + group
     lines += [
         "  br label %tile_end",

@@ -35,7 +35,7 @@ from transformers import PreTrainedModel
 
 from osd.cost_model import PassCosts, query_time
 from osd.spec.adaptive import GammaPolicy
-from osd.spec.bf16_rows import use_bf16_rows_linears
+from osd.spec.bf16_rows import CALIBRATION_SHAPE, prefetch_choice, use_bf16_rows_linears
 from osd.spec.lean_llama import PRODUCTS
 from osd.spec.packed_linear import use_packed_linears
 from osd.spec.packed_rows import use_packed_rows_linears
@@ -186,6 +186,7 @@ class Choice:
             "predicted_speedup": self.predicted_speedup(),
             "prefill_ms": {m.layout: m.prefill_s * 1e3 for m in self.measured.values()},
             "pass_ms": {m.layout: [t * 1e3 for t in m.pass_s] for m in self.measured.values()},
+            "rows_kernel_prefetch": prefetch_choice(),
         }  # fmt: skip
 
     def lines(self) -> list[str]:
@@ -196,6 +197,13 @@ class Choice:
             costs = " ".join(f"{m.verify_cost(g):.2f}" for g in range(1, len(m.pass_s)))
             out.append(
                 f"{m.layout:<13} {LAYOUTS[m.layout].dtype:<9} {m.prefill_s * 1e3:10.1f} {m.pass_s[0] * 1e3:8.1f}  {costs}"
+            )
+        for rows, race in prefetch_choice().items():
+            plain_ms, prefetching_ms = race["ms"]
+            out.append(  # the kernel for a one-token step or a two-token pass, raced at its first use
+                f"bf16-rows kernel over {rows} row(s): {'with' if race['prefetch'] else 'without'} a prefetch "
+                f"({prefetching_ms:.2f} ms with, {plain_ms:.2f} without, over a {CALIBRATION_SHAPE[0]}x"
+                f"{CALIBRATION_SHAPE[1]} weight)"
             )
         out.append(
             f"draft step {self.draft_step_s * 1e3:.2f} ms; target alone: {self.baseline} (the fastest query of "

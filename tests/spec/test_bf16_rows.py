@@ -132,6 +132,35 @@ def test_threads_that_ask_for_the_kernels_at_once_compile_them_once(monkeypatch)
     assert sorted(kernels[0]) == list(range(1, bf16_rows.MAX_ROWS + 1))
 
 
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_kernels_of_fewer_rows_than_always_prefetch_are_compiled_both_ways(lanes):
+    ir = bf16_rows.kernels_ir(lanes)
+    threshold = bf16_rows.PREFETCH_MIN_ROWS[lanes]
+    for rows in range(1, bf16_rows.MAX_ROWS + 1):
+        prefetches = "@llvm.prefetch" in bf16_rows._kernel_ir(rows, lanes)
+        assert prefetches == (rows >= threshold)
+        assert (f"@bf16_rows_{rows}_prefetch(" in ir) == (rows < threshold)
+    assert all("@llvm.prefetch" in bf16_rows._kernel_ir(rows, lanes, True) for rows in range(1, threshold))
+
+
+@pytest.mark.parametrize("margin", [0.0, float("inf")])  # the prefetching kernels never or always serve
+def test_the_kernel_the_race_picks_multiplies_alike(margin, monkeypatch):
+    """Whichever of the two kernels serves a small group, the products are the same (the same sums in the same
+    order); `prefetch_choice` reports each raced row count, its pick and both timings."""
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 96), pack_tiles(torch.randn(70, 96, dtype=torch.bfloat16))
+    expected = [bf16_rows_product(x[:rows], w) for rows in (1, 2)]
+    monkeypatch.setattr(bf16_rows, "_compiled", {})
+    monkeypatch.setattr(bf16_rows, "_prefetch_races", {})
+    monkeypatch.setattr(bf16_rows, "CALIBRATION_SHAPE", (256, 64))
+    monkeypatch.setattr(bf16_rows, "PREFETCH_MARGIN", margin)
+    assert all(torch.equal(bf16_rows_product(x[:rows], w), expected[rows - 1]) for rows in (1, 2))
+    choice = bf16_rows.prefetch_choice()
+    raced = range(1, bf16_rows.PREFETCH_MIN_ROWS[bf16_rows.vector_floats()])
+    assert sorted(choice) == [str(rows) for rows in raced]
+    assert all(c["prefetch"] == (margin > 0) and min(c["ms"]) > 0 for c in choice.values())
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_engine_greedy_output_is_unchanged(family):
     """Against HF `generate` of the same kernel target up to a bf16 tie: attention in bf16 rounds a pass over several

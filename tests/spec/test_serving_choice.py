@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from osd.cost_model import PassCosts, expected_tokens_per_step
-from osd.spec import serving_choice
+from osd.spec import bf16_rows, serving_choice
 from osd.spec.serving_choice import (
     LAYOUTS,
     SAME_LAYOUT_TOLERANCE,
@@ -161,3 +161,19 @@ def test_the_gamma_policy_starts_from_the_choice_s_alpha_and_measured_costs():
     assert policy.choose(None, None) == max(range(4), key=tokens_per_s)  # no model is timed: costs are set
     poor = choose(MEASURED, 0.05, 0.1, 20, layouts=[A])  # a poor draft on dear passes: no proposal pays
     assert poor.gamma_policy().choose(None, None) == 0
+
+
+def test_the_kernels_prefetch_race_is_recorded_and_printed(monkeypatch):
+    """The bf16-rows kernel's race at its first use (`osd.spec.bf16_rows.prefetch_choice`) goes into the summary and
+    the log, one line per raced row count."""
+    monkeypatch.setattr(bf16_rows, "_prefetch_races", {1: (0.006, 0.004), 2: (0.006, 0.0059)})
+    choice = choose(MEASURED, draft_step_s=0.05, alpha=0.6, new_tokens=20)
+    assert choice.summary()["rows_kernel_prefetch"] == {
+        "1": {"prefetch": True, "ms": [6.0, 4.0]},
+        "2": {"prefetch": False, "ms": [6.0, 5.9]},  # within PREFETCH_MARGIN: not worth it
+    }
+    kernel_lines = [line for line in choice.lines() if line.startswith("bf16-rows kernel")]
+    assert [line.split(":")[1].split("(")[0].strip() for line in kernel_lines] == [
+        "with a prefetch",
+        "without a prefetch",
+    ]
