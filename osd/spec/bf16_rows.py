@@ -175,7 +175,17 @@ def _kernels() -> dict[int, Kernel]:
 _compiled: dict[int, Kernel] = {}
 _compile_lock = threading.Lock()
 _keep_alive: list = []
-_prefetch_races: dict[int, tuple[float, float]] = {}  # rows -> fastest call (s) without and with a prefetch
+
+
+class Race(NamedTuple):
+    """A small group's two kernels raced at compile time (`_race`)."""
+
+    plain_s: float  # the fastest call without a prefetch
+    prefetching_s: float  # ... and with one
+    prefetch: bool  # whether the prefetching kernel serves
+
+
+_prefetch_races: dict[int, Race] = {}  # by rows
 
 
 def _compile() -> dict[int, Kernel]:
@@ -194,15 +204,16 @@ def _compile() -> dict[int, Kernel]:
     kernels = {n: kernel(f"bf16_rows_{n}") for n in range(1, MAX_ROWS + 1)}
     for rows in range(1, PREFETCH_MIN_ROWS[vector_floats()]):
         prefetching = kernel(f"bf16_rows_{rows}_prefetch")
-        _prefetch_races[rows] = plain_s, prefetching_s = _race(kernels[rows], prefetching, rows)
-        if prefetching_s <= PREFETCH_MARGIN * plain_s:
+        race = _prefetch_races[rows] = _race(kernels[rows], prefetching, rows)
+        if race.prefetch:
             kernels[rows] = prefetching
     return kernels
 
 
-def _race(plain: Kernel, prefetching: Kernel, rows: int) -> tuple[float, float]:
+def _race(plain: Kernel, prefetching: Kernel, rows: int) -> Race:
     """The fastest of CALIBRATION_ROUNDS calls of each kernel (alternated) over `rows` rows and a weight of
-    CALIBRATION_SHAPE, in seconds."""
+    CALIBRATION_SHAPE, in seconds, and which serves: the prefetching one where its call takes PREFETCH_MARGIN or less
+    of the other's."""
     out_p, in_p = CALIBRATION_SHAPE
     w = torch.zeros(out_p * in_p, dtype=torch.bfloat16)  # the tiles' layout; zeros time as any other values
     x, y = torch.ones(rows, in_p), torch.empty(rows, out_p)
@@ -212,7 +223,7 @@ def _race(plain: Kernel, prefetching: Kernel, rows: int) -> tuple[float, float]:
             start = time.perf_counter()
             kernel(w.data_ptr(), x.data_ptr(), y.data_ptr(), out_p, in_p, in_p, out_p)
             best[i] = min(best[i], time.perf_counter() - start)
-    return best[0], best[1]
+    return Race(best[0], best[1], prefetch=best[1] <= PREFETCH_MARGIN * best[0])
 
 
 def prefetch_choice() -> dict[str, dict[str, object]]:
@@ -220,10 +231,10 @@ def prefetch_choice() -> dict[str, dict[str, object]]:
     prefetching kernel serves, and both kernels' fastest call over the calibration weight (ms), for result files."""
     return {
         str(rows): {
-            "prefetch": prefetching_s <= PREFETCH_MARGIN * plain_s,
-            "ms": [round(plain_s * 1e3, 3), round(prefetching_s * 1e3, 3)],
+            "prefetch": race.prefetch,
+            "ms": [round(race.plain_s * 1e3, 3), round(race.prefetching_s * 1e3, 3)],
         }
-        for rows, (plain_s, prefetching_s) in sorted(_prefetch_races.items())
+        for rows, race in sorted(_prefetch_races.items())
     }
 
 

@@ -175,7 +175,6 @@ class _Weights:
     head_ids: torch.Tensor | None  # [V'] of a sub-vocabulary head
     vocab_size: int  # V
     rope_freqs: torch.Tensor  # [D] float32: the inverse frequencies, twice (HF's cat(freqs, freqs))
-    rope_signs: torch.Tensor  # [D]: -1 in the first half, 1 in the second (`_rotate`)
     rope_scaling: float
 
 
@@ -242,7 +241,6 @@ def _derived_weights(model: LlamaForCausalLM, pack_plain: bool) -> _Weights:
             head_ids=head_ids,
             vocab_size=head.weight.shape[0],
             rope_freqs=inv_freq.repeat(2),
-            rope_signs=torch.cat([-torch.ones_like(inv_freq), torch.ones_like(inv_freq)]),
             rope_scaling=float(model.model.rotary_emb.attention_scaling),
         )
     _derived[model] = weights
@@ -280,7 +278,8 @@ class LeanLlama:
         # a draft multiplied by the rows kernel, which widens its inputs to float32 anyway, keeps its states in
         # float32: no rounding to bf16 and back around every product, norm and attention (a target keeps HF's)
         self.state_dtype = torch.float32 if pack_plain and self.w.product == "bf16_rows" else dtype
-        self.rope_signs = self.w.rope_signs.to(self.device, self.state_dtype)  # [D]
+        half = torch.ones(self.head_dim // 2, dtype=self.state_dtype, device=self.device)
+        self.rope_signs = torch.cat([-half, half])  # [D]: the sin's first half negated (`_rotate`)
 
     @property
     def device(self) -> torch.device:

@@ -166,7 +166,8 @@ def test_the_gamma_policy_starts_from_the_choice_s_alpha_and_measured_costs():
 def test_the_kernels_prefetch_race_is_recorded_and_printed(monkeypatch):
     """The bf16-rows kernel's race at its first use (`osd.spec.bf16_rows.prefetch_choice`) goes into the summary and
     the log, one line per raced row count."""
-    monkeypatch.setattr(bf16_rows, "_prefetch_races", {1: (0.006, 0.004), 2: (0.006, 0.0059)})
+    races = {1: bf16_rows.Race(0.006, 0.004, True), 2: bf16_rows.Race(0.006, 0.0059, False)}
+    monkeypatch.setattr(bf16_rows, "_prefetch_races", races)
     choice = choose(MEASURED, draft_step_s=0.05, alpha=0.6, new_tokens=20)
     assert choice.summary()["rows_kernel_prefetch"] == {
         "1": {"prefetch": True, "ms": [6.0, 4.0]},
