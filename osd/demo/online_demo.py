@@ -68,6 +68,7 @@ from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.drafter import Drafter
 from osd.spec.gamma import AUTO as ADAPTIVE
 from osd.spec.gamma import NEEDS_PROPOSALS, Gamma, add_gamma_flag
+from osd.spec.lean_llama import reused_prompt_tokens
 from osd.spec.serving_choice import (
     AUTO,
     DTYPES,
@@ -211,7 +212,7 @@ class DrafterRun:
 def serve_online(
     args: argparse.Namespace, online: OnlineArguments, out: Path, learning_rate: float, models: tuple,
     ceiling_path: str, choice: Choice, stream: list[dict], dataset: ConversationDataset, prompt_tokens: int,
-    run_name: str | None = None,
+    reused_tokens: int, run_name: str | None = None,
 ) -> DrafterRun:  # fmt: skip
     """Serve the stream online with one drafter (models: the drafter that learns, its untouched serving copy, the
     served target, the target as it decodes fastest alone, the tokenizer), and its Standard SD and the target alone
@@ -260,7 +261,9 @@ def serve_online(
     )
     for r in rows if ceiling else ():
         r["ceiling"] = ceiling[r["domain"]]
-    costs = report.machine_costs(standard, teacher, baseline, gammas, prompt_tokens, rows, choice.max_gamma)
+    costs = report.machine_costs(
+        standard, teacher, baseline, gammas, prompt_tokens, reused_tokens, rows, choice.max_gamma
+    )
     name = TARGET_NAME if Path(args.target) == TARGET_PATH else Path(args.target).name
     png = report.plot_run(
         state.queries, rows, stream, out / "alpha.png", name, args, online.online_update_interval
@@ -288,16 +291,20 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     draft, standard = load_drafts(args, online, tokenizer)
     standard = standard.to(args.device)  # the Trainer moves `draft`
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
-    prompt_tokens = sum(len(dataset[i]["prompt_ids"]) for i in range(len(dataset))) // len(dataset)
+    prompts = [dataset[i]["prompt_ids"] for i in range(len(dataset))]
+    # a mean prompt, and its leading tokens the target's cache takes from the prompt before (a system prompt, a template)
+    prompt_tokens = sum(map(len, prompts)) // len(prompts)
+    reused_tokens = sum(reused_prompt_tokens(prompts)) // len(prompts)
     choice, targets = measure_and_choose(
         load_model(args.target, None, None).eval(), apply_draft_vocab(standard), args.expected_alpha,
         args.max_gamma, prompt_tokens, args.max_new_tokens, args.dtype, args.linears, args.gamma, args.device,
+        reused_tokens,
     )  # fmt: skip
     online_gamma = f"gamma {args.gamma}" if args.gamma is not None else "adaptive gamma from these costs"
     print("\n".join(["serving configuration, measured at start-up:", *choice.lines(),
                      f"online SD (a draft model): {online_gamma}"]), flush=True)  # fmt: skip
     teacher, baseline = targets[choice.layout], targets[choice.baseline]
-    common = (choice, stream, dataset, prompt_tokens)
+    common = (choice, stream, dataset, prompt_tokens, reused_tokens)
     models = (draft, standard, teacher, baseline, tokenizer)
     main_run = serve_online(args, online, out, args.learning_rate, models, args.ceiling, *common,
                             run_name=args.run_name)  # fmt: skip

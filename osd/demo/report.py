@@ -177,16 +177,24 @@ def mean_tail_alpha(rows: list[dict], run: str) -> float | None:
 
 
 def machine_costs(
-    standard, target, baseline, gammas: dict[str, Gamma], prompt_tokens: int, rows: list[dict], max_gamma: int
+    standard,
+    target,
+    baseline,
+    gammas: dict[str, Gamma],
+    prompt_tokens: int,
+    reused_tokens: int,
+    rows: list[dict],
+    max_gamma: int,
 ) -> dict[str, float | int | None]:
     """This machine's costs, measured after serving (a few seconds), in steps of the served target: c (a draft step
     in a chain of gamma between target passes, as the engine takes it), the verification of gamma + 1 tokens, the
-    prefill of a mean prompt, and the baseline's step and prefill (`baseline`: the target as it decodes fastest
-    alone). At the mean tail alphas, over the baseline: Eq. 2 with the measured verification cost (`eq2_*`), and
-    the same with each side's prefill charged to queries of the tails' mean length (`prefill_eq2_*`,
-    `osd.cost_model.query_time`); `*_ceiling` at the rows' recorded offline ceilings (None without one). Each run at
-    its gamma (`gammas`: "standard" and "online", which the ceiling shares); an adaptive one ("auto") at the gamma
-    in 1..max_gamma whose query Eq. 2 predicts fastest at its alpha. `c`, `verify_cost` and `gamma` are online
+    prefill of a mean prompt (of `prompt_tokens`, the first `reused_tokens` held from the prompt before), and the
+    baseline's step and prefill (`baseline`: the target as it decodes fastest alone). At the mean tail alphas, over
+    the baseline: Eq. 2 with the measured verification cost (`eq2_*`), and the same with each side's prefill
+    charged to queries of the tails' mean length (`prefill_eq2_*`, `osd.cost_model.query_time`); `*_ceiling` at the
+    rows' recorded offline ceilings (None without one). Each run at its gamma (`gammas`: "standard" and "online",
+    which the ceiling shares); an adaptive one ("auto") at the gamma in 1..max_gamma whose query Eq. 2 predicts
+    fastest at its alpha. `c`, `verify_cost` and `gamma` are online
     SD's (at the gamma its Eq. 2 took), `standard_c`, `standard_verify_cost` Standard SD's."""
     context = prompt_tokens + rows[0]["standard"]["target_tokens"] // (2 * len(rows[0]["queries"]))
     fixed = {g for g in gammas.values() if g != AUTO}
@@ -195,8 +203,9 @@ def machine_costs(
         c, _, step = cost_ratio(standard, target, context, gamma, reps=5, rounds=3)
         measured[gamma] = c, target_pass_time(target, context, gamma + 1, reps=5, rounds=3) / step
     base = step if baseline is target else target_pass_time(baseline, context, reps=5, rounds=3)
-    costs = {"baseline_step": base / step, "prefill": prefill_time(target, prompt_tokens) / step,
-             "baseline_prefill": prefill_time(baseline, prompt_tokens) / step}  # fmt: skip
+    costs = {"baseline_step": base / step, "prefill": prefill_time(target, prompt_tokens, reused_tokens) / step,
+             "baseline_prefill": prefill_time(baseline, prompt_tokens, reused_tokens) / step,
+             "prompt_tokens": prompt_tokens, "reused_tokens": reused_tokens}  # fmt: skip
     new_tokens = sum(r["standard"]["target_tokens"] for r in rows) / sum(len(r["queries"]) for r in rows)
     alone = costs["baseline_prefill"] + new_tokens * costs["baseline_step"]
 
@@ -242,7 +251,8 @@ def print_costs(
         f"{baseline} ({costs['baseline_step']:.2f} of its steps); {verifying}; Eq. 2 with these "
         f"costs predicts Standard SD {format_alpha(costs['eq2_standard'], '.2f')}x, "
         f"online SD {format_alpha(costs['eq2_online'], '.2f')}x over the target alone; charging each query "
-        f"its prefill ({costs['prefill']:.1f} steps served, {costs['baseline_prefill']:.1f} alone): "
+        f"its prefill ({costs['prefill']:.1f} steps served, {costs['baseline_prefill']:.1f} alone, "
+        f"{costs['reused_tokens']} of a mean prompt's {costs['prompt_tokens']} tokens taken from the one before): "
         f"{format_alpha(costs['prefill_eq2_standard'], '.2f')}x and {format_alpha(costs['prefill_eq2_online'], '.2f')}x"
         + (
             f"; at the offline ceiling's alphas: {costs['eq2_ceiling']:.2f}x"

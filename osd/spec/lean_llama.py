@@ -21,6 +21,9 @@ What. `LeanLlamaCache` computes what `LlamaForCausalLM.forward` computes, with
   kernel, both of these (packed passes, one-token steps by the kernel; a draft's, every pass by the kernel),
   weight-major or plain), so that a target served in a layout keeps it; a draft's plain bf16 layers are packed
   where oneDNN has bf16 kernels (`osd.spec.packed_linear`: the same products, without the per-call reorder);
+- a prompt's leading tokens that the last prompt prefilled with the same weights shares (a system prompt, a
+  template) taken from that prompt's keys and values, not computed again (`PromptKV`: a prefix cache of one
+  entry, as serving engines keep many);
 - the head over the sub-vocabulary rows only when the draft has one (`osd.spec.draft_vocab`), -inf elsewhere;
 - the input states of chosen layers kept at each forward where an EAGLE-3 head reads them (`hidden_layers`).
 `LeanLlama` is that forward over B rows with position ids and a slot mask; `LeanLlamaCache` runs it for one
@@ -37,8 +40,10 @@ families, biases, dynamic RoPE, gradients) keeps `CachedModel`, i.e. HF's forwar
 
 from __future__ import annotations
 
+import itertools
+import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -95,12 +100,13 @@ def target_cache(
     encoder_input_ids: torch.Tensor | None = None,
     hidden_layers: tuple[int, ...] = (),
     lean: bool = True,
+    reuse_prompt: bool = True,
 ) -> CachedModel | LeanLlamaCache:
     """The target's cache for one sequence: the lean step, in the layout of the target's own layers, where
-    `lean` and `supports_lean_step`, else HF's forward; either keeps the input states of `hidden_layers` at each
-    forward (`features`, what an EAGLE-3 head reads)."""
+    `lean` and `supports_lean_step` (`reuse_prompt`: as `LeanLlamaCache`'s), else HF's forward; either keeps the
+    input states of `hidden_layers` at each forward (`features`, what an EAGLE-3 head reads)."""
     if lean and encoder_input_ids is None and supports_lean_step(model):
-        return LeanLlamaCache(model, pack_plain=False, hidden_layers=hidden_layers)
+        return LeanLlamaCache(model, False, hidden_layers, reuse_prompt)
     return CachedModel(model, encoder_input_ids, hidden_layers)
 
 
@@ -154,6 +160,17 @@ def product_kind(model: LlamaForCausalLM, pack_plain: bool) -> str:
     )
 
 
+@dataclass(frozen=True)
+class PromptKV:
+    """A prompt's keys and values as a first forward left them: the next prompt's leading tokens equal to its
+    own are not computed again (`LeanLlamaCache.forward`). They depend on the weights, so they live with them."""
+
+    state_dtype: torch.dtype  # of the forward that computed them (a draft's and a target's may differ)
+    tokens: torch.Tensor  # [n]
+    keys: torch.Tensor  # [layers, kv heads, n, D], in the attention dtype
+    values: torch.Tensor  # [layers, kv heads, n, D]
+
+
 @dataclass
 class _Layer:
     input_norm: torch.Tensor  # [H]
@@ -176,6 +193,7 @@ class _Weights:
     vocab_size: int  # V
     rope_freqs: torch.Tensor  # [D] float32: the inverse frequencies, twice (HF's cat(freqs, freqs))
     rope_scaling: float
+    last_prompt: PromptKV | None = None  # the last prompt prefilled with these weights (`LeanLlamaCache`)
 
 
 _derived: weakref.WeakKeyDictionary[PreTrainedModel, _Weights] = weakref.WeakKeyDictionary()
@@ -369,10 +387,18 @@ class LeanLlamaCache:
     `product_kind`'s."""
 
     def __init__(
-        self, model: LlamaForCausalLM, pack_plain: bool = True, hidden_layers: tuple[int, ...] = ()
+        self,
+        model: LlamaForCausalLM,
+        pack_plain: bool = True,
+        hidden_layers: tuple[int, ...] = (),
+        reuse_prompt: bool = True,
     ) -> None:
         self.lean = LeanLlama(model, pack_plain, hidden_layers)
         self.length = 0
+        # the first forward takes the keys and values of its leading tokens shared with the last prompt of the
+        # same weights; not where features are kept (they cover every fed token)
+        self.reuse_prompt = reuse_prompt and not hidden_layers
+        self.reused = 0  # positions the first forward took from the last prompt
         # [layers, kv heads, capacity, D], allocated at the first forward
         self.keys = self.values = torch.empty(0)
 
@@ -397,8 +423,42 @@ class LeanLlamaCache:
         self.length = min(self.length, length)
 
     def forward(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
-        """Feed tokens [1, n] after the cache; return the last num_logits rows of logits [num_logits, V]."""
+        """Feed tokens [1, n] after the cache; return the last num_logits rows of logits [num_logits, V]. The first
+        forward (a prompt) computes only the tokens after those it shares with the last prompt prefilled with the
+        same weights, and leaves its own keys and values for the next (where `reuse_prompt`)."""
         tokens = tokens.to(self.device)
+        if self.length or not self.reuse_prompt:
+            return self._feed(tokens, num_logits)
+        self.reused = self._take_prompt(tokens[0], tokens.shape[1] - num_logits)
+        logits = self._feed(tokens[:, self.reused :], num_logits)
+        end = self.length
+        self.lean.w.last_prompt = PromptKV(
+            self.lean.state_dtype,
+            tokens[0].clone(),
+            self.keys[:, :, :end].clone(),
+            self.values[:, :, :end].clone(),
+        )
+        return logits
+
+    def _take_prompt(self, tokens: torch.Tensor, most: int) -> int:
+        """Copy the keys and values of the leading tokens of `tokens` [n] shared with the last prompt, at most
+        `most` of them, into the empty cache; returns how many."""
+        last = self.lean.w.last_prompt
+        if last is None or last.state_dtype != self.lean.state_dtype:
+            return 0
+        most = min(most, len(last.tokens))
+        if most <= 0:
+            return 0
+        shared = int((tokens[:most] == last.tokens[:most]).int().cumprod(0).sum())
+        if shared:
+            self._reserve(len(tokens))
+            self.keys[:, :, :shared] = last.keys[:, :, :shared]
+            self.values[:, :, :shared] = last.values[:, :, :shared]
+            self.length = shared
+        return shared
+
+    def _feed(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        """Feed tokens [1, n] (on the cache's device) after the cache: `forward` without the prompt's reuse."""
         n = tokens.shape[1]
         start, end = self.length, self.length + n
         self._reserve(end)
@@ -427,6 +487,13 @@ class LeanLlamaCache:
             keys[:, :, : self.length] = self.keys[:, :, : self.length]
             values[:, :, : self.length] = self.values[:, :, : self.length]
         self.keys, self.values = keys, values
+
+
+def reused_prompt_tokens(prompts: Sequence[Sequence[int]]) -> list[int]:
+    """How many positions `LeanLlamaCache` takes from the prompt before for each of `prompts` served in turn (the
+    first from none): the leading tokens shared with it, all but the prompt's last at most."""
+    shared = (len(os.path.commonprefix([before, prompt])) for before, prompt in itertools.pairwise(prompts))
+    return [0] + [min(n, len(prompt) - 1) for n, prompt in zip(shared, prompts[1:], strict=True)]
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:

@@ -107,23 +107,34 @@ def _sequence_pass_time(
 
 
 @torch.inference_mode()
-def prefill_time(target: PreTrainedModel, tokens: int, reps: int = 3) -> float:
-    """Seconds of a target's forward over a prompt of `tokens` tokens into an empty cache (`target_cache`'s), the
-    best of `reps` after one untimed call."""
+def prefill_time(target: PreTrainedModel, tokens: int, reused: int = 0, reps: int = 3) -> float:
+    """Seconds of a target's prefill of a prompt of `tokens` tokens into its cache (`target_cache`'s) whose first
+    `reused` positions it holds already (a prompt's leading tokens shared with the one before), the best of `reps`
+    after one untimed call."""
     ids = _decoder_ids(target, tokens)  # [1, T]
-    return _best_median(lambda: target_cache(target).forward(ids, 1), lambda: None, target.device, 1, reps)
+    cache = target_cache(target, reuse_prompt=False)
+    if reused:
+        cache.forward(ids[:, :reused], 1)
+    return _best_median(
+        lambda: cache.forward(ids[:, reused:], 1), lambda: cache.crop(reused), target.device, 1, reps
+    )
 
 
 @torch.inference_mode()
-def pass_times(target: PreTrainedModel, context: int, max_length: int, reps: int = 3) -> list[float]:
-    """Seconds of a target's prefill of `context` tokens, then `target_pass_time` for lengths 1..max_length (a
-    decode step, then passes over 2..max_length tokens) after it, one round each (for timings taken in turns by
-    the caller, who keeps the best: the prefill is timed once, the first call of a model paying its set-up)."""
+def pass_times(
+    target: PreTrainedModel, context: int, max_length: int, reps: int = 3, reused: int = 0
+) -> list[float]:
+    """Seconds of a target's prefill of `context` tokens (its first `reused` held already, as `prefill_time`), then
+    `target_pass_time` for lengths 1..max_length (a decode step, then passes over 2..max_length tokens) after it,
+    one round each (for timings taken in turns by the caller, who keeps the best: the prefill is timed once, the
+    first call of a model paying its set-up)."""
     ids = _decoder_ids(target, context + max_length)  # [1, T + max_length]
-    cache = target_cache(target)
+    cache = target_cache(target, reuse_prompt=False)
+    if reused:
+        cache.forward(ids[:, :reused], 1)
     synchronize(target.device)
     start = time.perf_counter()
-    cache.forward(ids[:, :context], 1)
+    cache.forward(ids[:, reused:context], 1)
     synchronize(target.device)
     prefill = time.perf_counter() - start
     return [prefill] + [

@@ -289,12 +289,13 @@ def test_block_drafts_are_the_draft_as_it_stood_after_each_domain(tmp_path):
 def test_the_costs_name_the_chosen_layouts_and_a_costly_verification_says_why_it_loses(capsys):
     costs = {"verify_cost": 2.3, "c": 0.05, "gamma": 3, "standard_gamma": 3, "eq2_standard": 0.6, "eq2_online": None,
              "baseline_step": 0.9, "prefill": 4.0, "baseline_prefill": 5.0, "prefill_eq2_standard": 0.7,
-             "prefill_eq2_online": None}  # fmt: skip
+             "prefill_eq2_online": None, "prompt_tokens": 54, "reused_tokens": 28}  # fmt: skip
     info = {"cpu": "a CPU", "cpu_capability": "AVX2", "cpu_bf16_instructions": []}
     print_costs(costs, info, {"standard": 3, "online": 3}, "plain", "bf16_rows")
     printed = capsys.readouterr().out
     assert "serves as plain, alone as bf16_rows (0.90 of its steps)" in printed and "online SD -x" in printed
-    assert "(4.0 steps served, 5.0 alone): 0.70x and -x" in printed
+    prefill = "(4.0 steps served, 5.0 alone, 28 of a mean prompt's 54 tokens taken from the one before)"
+    assert f"{prefill}: 0.70x and -x" in printed
     assert "compute-bound" in printed and "for Standard SD" not in printed
     standard = {"standard_gamma": 1, "standard_verify_cost": 1.05, "standard_c": 0.04}
     gammas = {"standard": 1, "online": "auto"}

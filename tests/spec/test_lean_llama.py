@@ -122,6 +122,76 @@ def test_weights_follow_an_in_place_update_and_are_shared_while_unchanged():
     torch.testing.assert_close(after, expected, atol=1e-5, rtol=1e-5)
 
 
+def shares_a_prefix(prompt: torch.Tensor, shared: int, seed: int = 1) -> torch.Tensor:
+    """`prompt` [1, n] with its tokens after the first `shared` drawn afresh, each unlike the one it replaces."""
+    other = prompt.clone()
+    g = torch.Generator().manual_seed(seed)
+    fresh = torch.randint(3, VOCAB - 1, (prompt.shape[1] - shared,), generator=g)
+    other[0, shared:] = fresh + (fresh >= prompt[0, shared:]).long()  # skips the replaced token
+    return other
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["grouped-query", "untied, 3 layers"])
+def test_a_prompt_takes_the_keys_and_values_it_shares_with_the_last_prompt(name, dtype):
+    """A sequence's first forward computes only the tokens after those it shares with the last prompt of the same
+    weights; its logits, and those of the steps after it, are HF's forward's."""
+    model = hf_attention_as_the_lean_step(draft_variants()[name].to(dtype))  # made outside inference mode
+    first = random_prompt(9, seed=3)
+    with torch.inference_mode():
+        LeanLlamaCache(model).forward(first, 1)
+        for prompt, num_logits, reused in [
+            (shares_a_prefix(first, 5), 1, 5),
+            (shares_a_prefix(first, 5), 3, 6),  # the same prompt again: all but the tokens it needs logits of
+            (shares_a_prefix(first, 5), 6, 3),
+            (shares_a_prefix(first, 0), 1, 0),
+        ]:
+            hf, lean = CachedModel(model, None), LeanLlamaCache(model)
+            assert_equal_up_to_rounding(lean.forward(prompt, num_logits), hf.forward(prompt, num_logits))
+            assert lean.reused == reused and len(lean) == len(hf) == 9
+            for tokens, drop in feeds(seed=4)[1:8]:
+                if drop:
+                    hf.crop(len(hf) - drop)
+                    lean.crop(len(lean) - drop)
+                n = tokens.shape[1]
+                assert_equal_up_to_rounding(lean.forward(tokens, n), hf.forward(tokens, n))
+        LeanLlamaCache(model, reuse_prompt=False).forward(first, 1)
+    assert torch.equal(model_prompt(model), prompt[0])  # a cache that does not reuse leaves no prompt either
+
+
+def model_prompt(model: torch.nn.Module) -> torch.Tensor:
+    """The tokens of the last prompt the lean step of `model` keeps."""
+    return lean_llama._derived[model].last_prompt.tokens
+
+
+@torch.inference_mode()
+def test_no_prompt_is_taken_across_weights_state_dtypes_or_by_a_cache_keeping_states():
+    model = tiny_llama(seed=1)  # made outside inference mode, as loaded models are
+    prompt = random_prompt(9)
+    LeanLlamaCache(model).forward(prompt, 1)
+    assert torch.equal(model_prompt(model), prompt[0])
+    heads = target_cache(model, hidden_layers=(1,))  # a head reads the states of every prompt token
+    heads.forward(prompt, 1)
+    assert heads.reused == 0 and heads.features.shape[1] == 9
+    with torch.no_grad():
+        model.model.layers[0].self_attn.v_proj.weight.mul_(2.0)  # as an optimizer step
+    after = LeanLlamaCache(model)
+    torch.testing.assert_close(after.forward(prompt, 1), CachedModel(model, None).forward(prompt, 1))
+    assert after.reused == 0
+    if "bf16_rows" in available_layouts():  # a draft's float32 states and a target's bf16 ones, one model
+        served = serving_copy(model.to(torch.bfloat16), "bf16_rows")
+        draft_cache(served, None).forward(prompt, 1)
+        target = target_cache(served)
+        assert target.lean.w is lean_llama._derived[served] and target.forward(prompt, 1) is not None
+        assert target.reused == 0
+
+
+def test_the_positions_reused_serving_prompts_in_turn():
+    prompts = [[5, 6, 7], [5, 6, 8, 9], [5, 6], [4], [4, 1]]
+    assert lean_llama.reused_prompt_tokens(prompts) == [0, 2, 1, 0, 1]
+    assert lean_llama.reused_prompt_tokens([]) == [0] and lean_llama.reused_prompt_tokens([[3]]) == [0]
+
+
 @torch.inference_mode()
 def test_a_model_made_under_inference_mode_is_derived_again_for_each_sequence():
     model = tiny_llama(seed=1)  # inference tensors: no version counters to tell an update by
@@ -256,6 +326,26 @@ def test_engine_tokens_equal_hf_generate_and_the_hf_draft_path(gamma, device):
     assert lean.generated_ids.tolist() == hf.generated_ids.tolist() == hf_greedy(target, prompt, 40).tolist()
     assert lean.accepted_lengths == hf.accepted_lengths  # the draft proposed the same tokens
     assert 0 < sum(lean.accepted_lengths) < len(lean.accepted_lengths) * gamma  # some accepted, some not
+
+
+def test_prompts_sharing_a_prefix_decode_hf_generates_tokens_in_turn(monkeypatch):
+    """Served one after another, each prompt's leading tokens shared with the one before are taken from its cache
+    by the draft and the target, the target alone too; every output is the target's own greedy decoding."""
+    taken = []
+    take = LeanLlamaCache._take_prompt
+    monkeypatch.setattr(LeanLlamaCache, "_take_prompt", lambda *a: taken.append(take(*a)) or taken[-1])
+    target = tiny_model("llama", layers=3)
+    draft = draft_from_target(target, NOISE["llama"])
+    first = random_prompt(12, seed=5)
+    prompts = [first, shares_a_prefix(first, 8), shares_a_prefix(first, 8, seed=2), first]
+    engine = SpeculativeDecoder(draft, target, gamma=3)
+    for prompt in prompts:
+        expected = hf_greedy(target, prompt, 20)
+        assert engine.generate(prompt, max_new_tokens=20).generated_ids.tolist() == expected.tolist()
+        assert target_only_greedy(target, prompt, 20, eos_id=-1) == expected[0].tolist()
+    assert torch.equal(model_prompt(target), first[0]) and torch.equal(model_prompt(draft), first[0])
+    # draft, target, then the target alone (after the same prompt: all but its last token)
+    assert taken == [0, 0, 11] + [8, 8, 11] * 3
 
 
 def test_sampled_output_equals_the_hf_draft_path_with_the_same_generator():

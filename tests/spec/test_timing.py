@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from osd.spec.eagle3 import Eagle3Head
-from osd.spec.timing import ISA_LIMITS, draft_step_time, machine
+from osd.spec.lean_llama import LeanLlamaCache
+from osd.spec.timing import ISA_LIMITS, draft_step_time, machine, pass_times, prefill_time
 from tests.tiny_models import tiny_llama
 
 
@@ -46,3 +47,19 @@ def test_a_heads_step_is_timed_through_the_engines_cache():
     head = Eagle3Head.for_target(tiny_llama(layers=4), torch.arange(40))
     seconds = draft_step_time(head, context=8, reps=3, rounds=1)
     assert 0 < seconds < 1
+
+
+@pytest.mark.parametrize("reused", [0, 8])
+def test_a_prefill_is_timed_over_the_prompt_tokens_after_those_held(reused, monkeypatch):
+    """`prefill_time` and `pass_times` feed the prompt's tokens after its first `reused` (held beforehand, untimed)
+    at every call: none are taken from the prompt before, the same random prompt though it is."""
+    fed = []
+    feed = LeanLlamaCache._feed
+    monkeypatch.setattr(LeanLlamaCache, "_feed", lambda self, tokens, n: fed.append((len(self), tokens.shape[1])) or feed(self, tokens, n))  # fmt: skip
+    model = tiny_llama(seed=1)
+    assert prefill_time(model, 12, reused, reps=2) > 0
+    held = [(0, reused)] if reused else []
+    assert fed == held + [(reused, 12 - reused)] * 3  # one untimed call, then the timed ones
+    fed.clear()
+    assert all(t > 0 for t in pass_times(model, 12, 2, reps=1, reused=reused))
+    assert fed[: len(held) + 1] == held + [(reused, 12 - reused)]
