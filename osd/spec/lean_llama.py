@@ -169,6 +169,8 @@ class PromptKV:
     tokens: torch.Tensor  # [n]
     keys: torch.Tensor  # [layers, kv heads, n, D], in the attention dtype
     values: torch.Tensor  # [layers, kv heads, n, D]
+    hidden_layers: tuple[int, ...]  # whose input states it kept as well (an EAGLE-3 head's)
+    features: torch.Tensor | None  # [n, K H] of those layers, None where none
 
 
 @dataclass
@@ -395,9 +397,9 @@ class LeanLlamaCache:
     ) -> None:
         self.lean = LeanLlama(model, pack_plain, hidden_layers)
         self.length = 0
-        # the first forward takes the keys and values of its leading tokens shared with the last prompt of the
-        # same weights; not where features are kept (they cover every fed token)
-        self.reuse_prompt = reuse_prompt and not hidden_layers
+        # the first forward takes the keys and values (and kept states) of its leading tokens shared with the
+        # last prompt of the same weights
+        self.reuse_prompt = reuse_prompt
         self.reused = 0  # positions the first forward took from the last prompt
         # [layers, kv heads, capacity, D], allocated at the first forward
         self.keys = self.values = torch.empty(0)
@@ -425,37 +427,45 @@ class LeanLlamaCache:
     def forward(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
         """Feed tokens [1, n] after the cache; return the last num_logits rows of logits [num_logits, V]. The first
         forward (a prompt) computes only the tokens after those it shares with the last prompt prefilled with the
-        same weights, and leaves its own keys and values for the next (where `reuse_prompt`)."""
+        same weights (its `features` cover all n), and leaves its own for the next (where `reuse_prompt`)."""
         tokens = tokens.to(self.device)
         if self.length or not self.reuse_prompt:
             return self._feed(tokens, num_logits)
-        self.reused = self._take_prompt(tokens[0], tokens.shape[1] - num_logits)
+        last = self._take_prompt(tokens[0], tokens.shape[1] - num_logits)
         logits = self._feed(tokens[:, self.reused :], num_logits)
-        end = self.length
-        self.lean.w.last_prompt = PromptKV(
-            self.lean.state_dtype,
+        lean, end = self.lean, self.length
+        if self.reused and self.hidden_layers:
+            lean.features = torch.cat(
+                [last.features[None, : self.reused], lean.features], dim=1
+            )  # [1, n, K H]
+        lean.w.last_prompt = PromptKV(
+            lean.state_dtype,
             tokens[0].clone(),
             self.keys[:, :, :end].clone(),
             self.values[:, :, :end].clone(),
+            self.hidden_layers,
+            lean.features[0].clone() if self.hidden_layers else None,
         )
         return logits
 
-    def _take_prompt(self, tokens: torch.Tensor, most: int) -> int:
+    def _take_prompt(self, tokens: torch.Tensor, most: int) -> PromptKV | None:
         """Copy the keys and values of the leading tokens of `tokens` [n] shared with the last prompt, at most
-        `most` of them, into the empty cache; returns how many."""
-        last = self.lean.w.last_prompt
-        if last is None or last.state_dtype != self.lean.state_dtype:
-            return 0
+        `most` of them, into the empty cache (`reused`: how many); returns that prompt where it could serve."""
+        last, self.reused = self.lean.w.last_prompt, 0
+        if (
+            last is None
+            or last.state_dtype != self.lean.state_dtype
+            or (self.hidden_layers and last.hidden_layers != self.hidden_layers)
+        ):
+            return None
         most = min(most, len(last.tokens))
-        if most <= 0:
-            return 0
-        shared = int((tokens[:most] == last.tokens[:most]).int().cumprod(0).sum())
-        if shared:
+        self.reused = int((tokens[:most] == last.tokens[:most]).int().cumprod(0).sum()) if most > 0 else 0
+        if self.reused:
             self._reserve(len(tokens))
-            self.keys[:, :, :shared] = last.keys[:, :, :shared]
-            self.values[:, :, :shared] = last.values[:, :, :shared]
-            self.length = shared
-        return shared
+            self.keys[:, :, : self.reused] = last.keys[:, :, : self.reused]
+            self.values[:, :, : self.reused] = last.values[:, :, : self.reused]
+            self.length = self.reused
+        return last
 
     def _feed(self, tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
         """Feed tokens [1, n] (on the cache's device) after the cache: `forward` without the prompt's reuse."""

@@ -230,7 +230,9 @@ def test_save_and_load_keep_the_proposals_in_the_speculators_layout(teacher, tea
         for head in (teacher_head, loaded)
     ]
     torch.testing.assert_close(runs[1].generated_ids, runs[0].generated_ids, rtol=0, atol=0)
-    assert runs[1].accepted_lengths == runs[0].accepted_lengths and runs[1].alpha_sum == runs[0].alpha_sum
+    assert runs[1].accepted_lengths == runs[0].accepted_lengths
+    # the second run's target takes the prompt from the first's cache, computed in another forward: the last bit
+    assert runs[1].alpha_sum == pytest.approx(runs[0].alpha_sum, rel=1e-6)
 
 
 def test_a_full_vocabulary_head_is_saved_without_a_mapping(tmp_path):

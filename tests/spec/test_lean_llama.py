@@ -165,14 +165,17 @@ def model_prompt(model: torch.nn.Module) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def test_no_prompt_is_taken_across_weights_state_dtypes_or_by_a_cache_keeping_states():
+def test_no_prompt_is_taken_across_weights_state_dtypes_or_the_states_a_head_reads():
     model = tiny_llama(seed=1)  # made outside inference mode, as loaded models are
     prompt = random_prompt(9)
     LeanLlamaCache(model).forward(prompt, 1)
     assert torch.equal(model_prompt(model), prompt[0])
-    heads = target_cache(model, hidden_layers=(1,))  # a head reads the states of every prompt token
+    heads = target_cache(model, hidden_layers=(1,))  # it kept no states for a head to read
     heads.forward(prompt, 1)
     assert heads.reused == 0 and heads.features.shape[1] == 9
+    other = target_cache(model, hidden_layers=(0, 1))
+    other.forward(prompt, 1)
+    assert other.reused == 0
     with torch.no_grad():
         model.model.layers[0].self_attn.v_proj.weight.mul_(2.0)  # as an optimizer step
     after = LeanLlamaCache(model)
@@ -240,21 +243,28 @@ def test_a_target_takes_the_lean_step_with_or_without_a_head_reading_its_states(
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("layers", [(0, 2, 1), (1,)])
-@torch.inference_mode()
 def test_the_kept_states_equal_hf_hidden_states_through_crops(layers, dtype):
     """The input states of a head's layers (in the order asked, the embeddings as layer 0's) at every fed token,
-    as HF's `hidden_states` give them, through crops; the logits alike."""
+    as HF's `hidden_states` give them, through crops and a prompt whose leading tokens (and their states) are taken
+    from the one before; the logits alike."""
     target = hf_attention_as_the_lean_step(tiny_llama(layers=3, seed=7, initializer_range=0.3).to(dtype))
-    hf, lean = CachedModel(target, None, layers), target_cache(target, hidden_layers=layers)
-    assert isinstance(lean, LeanLlamaCache)
-    for tokens, drop in feeds(seed=3):
-        if drop:
-            hf.crop(len(hf) - drop)
-            lean.crop(len(lean) - drop)
-        n = tokens.shape[1]
-        assert_equal_up_to_rounding(lean.forward(tokens, n), hf.forward(tokens, n))
-        assert lean.features.shape == (1, n, len(layers) * target.config.hidden_size)
-        assert_equal_up_to_rounding(lean.features, hf.features)
+    calls = feeds(seed=3)
+    prompt = calls[0][0]
+    for reused in (0, 5):  # the second prompt takes the first's 5 leading tokens and their states
+        calls[0] = (shares_a_prefix(prompt, 5) if reused else prompt, 0)
+        hf, lean = CachedModel(target, None, layers), target_cache(target, hidden_layers=layers)
+        assert isinstance(lean, LeanLlamaCache)
+        with torch.inference_mode():
+            for tokens, drop in calls:
+                if drop:
+                    hf.crop(len(hf) - drop)
+                    lean.crop(len(lean) - drop)
+                n = tokens.shape[1]
+                logits = 1 if len(lean) == 0 else n  # a prompt's last only: its other tokens may be taken
+                assert_equal_up_to_rounding(lean.forward(tokens, logits), hf.forward(tokens, logits))
+                assert lean.features.shape == (1, n, len(layers) * target.config.hidden_size)
+                assert_equal_up_to_rounding(lean.features, hf.features)
+        assert lean.reused == reused
 
 
 @pytest.mark.parametrize("layout", available_layouts())
@@ -333,7 +343,13 @@ def test_prompts_sharing_a_prefix_decode_hf_generates_tokens_in_turn(monkeypatch
     by the draft and the target, the target alone too; every output is the target's own greedy decoding."""
     taken = []
     take = LeanLlamaCache._take_prompt
-    monkeypatch.setattr(LeanLlamaCache, "_take_prompt", lambda *a: taken.append(take(*a)) or taken[-1])
+
+    def counted(cache: LeanLlamaCache, tokens: torch.Tensor, most: int) -> lean_llama.PromptKV | None:
+        last = take(cache, tokens, most)
+        taken.append(cache.reused)
+        return last
+
+    monkeypatch.setattr(LeanLlamaCache, "_take_prompt", counted)
     target = tiny_model("llama", layers=3)
     draft = draft_from_target(target, NOISE["llama"])
     first = random_prompt(12, seed=5)
