@@ -115,7 +115,7 @@ def test_measure_times_the_draft_in_every_round_after_the_layouts(monkeypatch: p
     calls = []
     slow = iter([2.0, 2.0, 2.0, 1.0, 1.0, 1.0])  # round 1 under load: A, B, the draft; round 2 quiet
 
-    def pass_times(model: str, context: int, max_length: int) -> list[float]:
+    def pass_times(model: str, context: int, max_length: int, reused: int) -> list[float]:
         calls.append(model)
         step = {"a": 0.030, "b": 0.020}[model] * next(slow)
         return [0.1] + [step] * max_length
