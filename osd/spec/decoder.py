@@ -65,15 +65,18 @@ class SpeculativeDecoder:
         policy: GammaPolicy | None = None,
         lean_draft: bool = True,
         lean_target: bool = True,
+        reuse_prompt: bool = True,
     ) -> None:
         """draft_model: a draft model, or an EAGLE-3 head (`osd.spec.eagle3`) that reads the target's hidden
         states (`osd.spec.drafter`). gamma: draft tokens per step (0: plain target decoding through this engine,
         a baseline), or "auto" (chosen per step by `policy`, by default a fresh `GammaPolicy()`; pass one to keep its
         estimate and measured costs across decoders). lean_draft, lean_target: a Llama draft and a Llama target step
         through `osd.spec.lean_llama` (the same logits, without HF's per-call machinery), alone and in batches,
-        where they can; False: always through HF's forward. The models are used as given, never
-        retyped: a float32 CPU target verifies faster once its owner applies
-        `osd.spec.weight_major.use_weight_major_linears` (to the target-only baseline too)."""
+        where they can; False: always through HF's forward. reuse_prompt: a lean cache's first forward takes the
+        leading tokens its prompt shares with the last prompt of the same weights from that prompt's cache
+        (`osd.spec.lean_llama.LeanLlamaCache`); False: every prompt computed whole, so that a rerun repeats the last
+        bit whatever ran before. The models are used as given, never retyped: a float32 CPU target verifies faster
+        once its owner applies `osd.spec.weight_major.use_weight_major_linears` (to the target-only baseline too)."""
         gamma = parse_gamma(gamma, "gamma")
         if gamma == AUTO:
             policy = policy or GammaPolicy(lean_draft=lean_draft, lean_target=lean_target)
@@ -96,7 +99,7 @@ class SpeculativeDecoder:
             apply_draft_vocab(draft_model)  # a draft saved with a sub-vocabulary head (config.draft_vocab)
             draft_ids = draft_model.get_input_embeddings().num_embeddings
         self.draft, self.target, self.gamma = draft_model, target_model, gamma
-        self.lean_draft, self.lean_target = lean_draft, lean_target
+        self.lean_draft, self.lean_target, self.reuse_prompt = lean_draft, lean_target, reuse_prompt
         self.vocab_size = min(v_draft, v_target)
         # ids the prompt may hold: rows of both input embeddings
         self.num_input_ids = min(draft_ids, target_model.get_input_embeddings().num_embeddings)
@@ -133,8 +136,8 @@ class SpeculativeDecoder:
         budget = self._budget(prefix, max_new_tokens)
         encoder_ids = input_ids if self.is_encoder_decoder else None
         draft, target = (
-            sequence_cache(self.draft, self.target, encoder_ids, self.lean_draft),
-            target_cache(self.target, encoder_ids, self.head_layers, self.lean_target),
+            sequence_cache(self.draft, self.target, encoder_ids, self.lean_draft, self.reuse_prompt),
+            target_cache(self.target, encoder_ids, self.head_layers, self.lean_target, self.reuse_prompt),
         )
         record, times, eos = (
             SequenceRecord(prefix, len(prefix), return_target_logits),

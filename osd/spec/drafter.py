@@ -50,12 +50,17 @@ def target_layers(drafter: Drafter) -> tuple[int, ...]:
 
 
 def sequence_cache(
-    drafter: Drafter, target: PreTrainedModel, encoder_input_ids: torch.Tensor | None, lean: bool
+    drafter: Drafter,
+    target: PreTrainedModel,
+    encoder_input_ids: torch.Tensor | None,
+    lean: bool,
+    reuse_prompt: bool = True,
 ) -> DraftCache:
-    """The drafter's cache for one sequence (`generate`); lean: a Llama draft's lean step where it applies."""
+    """The drafter's cache for one sequence (`generate`); lean: a Llama draft's lean step where it applies
+    (reuse_prompt: as `osd.spec.lean_llama.LeanLlamaCache`'s)."""
     if isinstance(drafter, Eagle3Head):
         return HeadSequence(drafter, target.get_input_embeddings())
-    return draft_cache(drafter, encoder_input_ids, lean)
+    return draft_cache(drafter, encoder_input_ids, lean, reuse_prompt)
 
 
 def row_cache(

@@ -58,12 +58,17 @@ class AcceptanceStats:
 
 @torch.inference_mode()
 def target_only_greedy(
-    model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int, eos_id: int | None
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    eos_id: int | None,
+    reuse_prompt: bool = True,
 ) -> list[int]:
     """Plain cached greedy decoding of a decoder-only target alone, through the target's cache as
     `SpeculativeDecoder` verifies with it (`target_cache`: the lean step where it applies): the baseline
-    speculative decoding must beat. input_ids [1, T]; eos_id None: exactly max_new_tokens."""
-    cache = target_cache(model)
+    speculative decoding must beat. input_ids [1, T]; eos_id None: exactly max_new_tokens; reuse_prompt: as
+    `SpeculativeDecoder`'s."""
+    cache = target_cache(model, reuse_prompt=reuse_prompt)
     logits = cache.forward(input_ids, 1)  # [1, V]
     generated: list[int] = []
     while True:

@@ -86,12 +86,15 @@ def supports_lean_step(model: PreTrainedModel) -> bool:
 
 
 def draft_cache(
-    model: PreTrainedModel, encoder_input_ids: torch.Tensor | None, lean: bool = True
+    model: PreTrainedModel,
+    encoder_input_ids: torch.Tensor | None,
+    lean: bool = True,
+    reuse_prompt: bool = True,
 ) -> CachedModel | LeanLlamaCache:
     """The draft's cache for one sequence: the lean step where `lean` and `supports_lean_step` (plain bf16
-    layers packed where oneDNN has bf16 kernels), else HF's forward."""
+    layers packed where oneDNN has bf16 kernels; `reuse_prompt`: as `LeanLlamaCache`'s), else HF's forward."""
     if lean and encoder_input_ids is None and supports_lean_step(model):
-        return LeanLlamaCache(model, pack_plain=True)
+        return LeanLlamaCache(model, True, (), reuse_prompt)
     return CachedModel(model, encoder_input_ids)
 
 
@@ -434,10 +437,8 @@ class LeanLlamaCache:
         last = self._take_prompt(tokens[0], tokens.shape[1] - num_logits)
         logits = self._feed(tokens[:, self.reused :], num_logits)
         lean, end = self.lean, self.length
-        if self.reused and self.hidden_layers:
-            lean.features = torch.cat(
-                [last.features[None, : self.reused], lean.features], dim=1
-            )  # [1, n, K H]
+        if self.reused and self.hidden_layers:  # [1, n, K H]: the taken prompt's states, then the fed tokens'
+            lean.features = torch.cat([last.features[None, : self.reused], lean.features], dim=1)
         lean.w.last_prompt = PromptKV(
             lean.state_dtype,
             tokens[0].clone(),
@@ -502,8 +503,8 @@ class LeanLlamaCache:
 def reused_prompt_tokens(prompts: Sequence[Sequence[int]]) -> list[int]:
     """How many positions `LeanLlamaCache` takes from the prompt before for each of `prompts` served in turn (the
     first from none): the leading tokens shared with it, all but the prompt's last at most."""
-    shared = (len(os.path.commonprefix([before, prompt])) for before, prompt in itertools.pairwise(prompts))
-    return [0] + [min(n, len(prompt) - 1) for n, prompt in zip(shared, prompts[1:], strict=True)]
+    taken = [min(len(os.path.commonprefix([a, b])), len(b) - 1) for a, b in itertools.pairwise(prompts)]
+    return [0][: len(prompts)] + taken
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:

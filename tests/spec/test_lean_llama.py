@@ -192,7 +192,7 @@ def test_no_prompt_is_taken_across_weights_state_dtypes_or_the_states_a_head_rea
 def test_the_positions_reused_serving_prompts_in_turn():
     prompts = [[5, 6, 7], [5, 6, 8, 9], [5, 6], [4], [4, 1]]
     assert lean_llama.reused_prompt_tokens(prompts) == [0, 2, 1, 0, 1]
-    assert lean_llama.reused_prompt_tokens([]) == [0] and lean_llama.reused_prompt_tokens([[3]]) == [0]
+    assert lean_llama.reused_prompt_tokens([]) == [] and lean_llama.reused_prompt_tokens([[3]]) == [0]
 
 
 @torch.inference_mode()
