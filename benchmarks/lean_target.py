@@ -14,16 +14,14 @@ target is built with random weights from its config.json.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 
 from osd.models import random_model
-from osd.paths import TARGET_PATH, repo_relative
-from osd.results import command_line
+from osd.paths import TARGET_PATH
+from osd.results import write_result
 from osd.spec.serving_choice import available_layouts, serving_copy
-from osd.spec.timing import machine, target_pass_time
+from osd.spec.timing import target_pass_time
 from osd.user_errors import run_main
 
 PATHS = ("hf", "lean")
@@ -69,17 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
         for path in PATHS:
             steps = " ".join(f"{t / ms[path][0]:.2f}" for t in ms[path][1:])
             print(f"{layout:13s} {path:5s} {ms[path][0]:8.1f}  {steps}")
-    result = {
-        "command": command_line("benchmarks.lean_target", argv),
-        "machine": machine(),
-        "args": vars(args),
-        "layouts": layouts,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(repo_relative(result), indent=1))
-    print(f"wrote {out}")
-    return result
+    return write_result(args.out, "benchmarks.lean_target", argv, args, {"layouts": layouts})
 
 
 if __name__ == "__main__":

@@ -15,24 +15,21 @@ target and gamma are the main job's start-up choice (`osd.spec.serving_choice.me
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
 
 from osd.conversations import user_query
 from osd.demo.target import ensure_if_demo_target
 from osd.models import load_model, load_tokenizer
-from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH, repo_relative
+from osd.paths import DOMAINS, DRAFT_PATH, TARGET_PATH
 from osd.prompting import encode_prompt
-from osd.results import command_line
+from osd.results import write_result
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import target_only_greedy
 from osd.spec.lean_llama import reused_prompt_tokens
 from osd.spec.serving_choice import measure_and_choose, retype_draft
-from osd.spec.timing import machine
 from osd.streams import abrupt_stream, load_sources
 from osd.user_errors import run_main
 
@@ -115,21 +112,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{method:13s} {whole:14.1f} {taken:13.1f}  {taken / whole - 1:+.1%}")
     whole, taken = speedup["prompts_whole"], speedup["prefix_taken"]
     print(f"Standard SD over the target alone: {whole:.3f}x -> {taken:.3f}x")
-    result = {
-        "command": command_line("benchmarks.prompt_reuse", argv),
-        "machine": machine(),
-        "args": vars(args),
-        "serving": {"baseline": choice.baseline, "layout": choice.layout, "gamma": choice.gamma},
-        "prompt_tokens": prompt_tokens,
-        "reused_tokens": reused,
-        "rows": rows,
-        "speedup": speedup,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(repo_relative(result), indent=1))
-    print(f"wrote {out}")
-    return result
+    serving = {"baseline": choice.baseline, "layout": choice.layout, "gamma": choice.gamma}
+    return write_result(args.out, "benchmarks.prompt_reuse", argv, args, {
+        "serving": serving, "prompt_tokens": prompt_tokens, "reused_tokens": reused, "rows": rows, "speedup": speedup,
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

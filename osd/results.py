@@ -7,6 +7,7 @@ Every file records the command that wrote it (`python -m MODULE ARGS`) and names
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -43,6 +44,19 @@ def save_results(
     (out_dir / "results.json").write_text(json.dumps(repo_relative(results), indent=1))
     (out_dir / "table.md").write_text(table + "\n")
     print(table)
+
+
+def write_result(
+    out: str | Path, module: str, argv: Sequence[str] | None, args: argparse.Namespace, record: dict
+) -> dict:
+    """One JSON file at `out` (its folder made): the command that wrote it (`command_line(module, argv)`), the
+    machine, the arguments and `record`; returns what it wrote, before paths were made repository-relative."""
+    result = {"command": command_line(module, argv), "machine": machine(), "args": vars(args), **record}
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(repo_relative(result), indent=1))
+    print(f"wrote {path}")
+    return result
 
 
 def write_part(out: Path, name: str, module: str, argv: Sequence[str] | None, record: dict) -> Path:
