@@ -292,7 +292,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     standard = standard.to(args.device)  # the Trainer moves `draft`
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
     prompts = [dataset[i]["prompt_ids"] for i in range(len(dataset))]
-    # a mean prompt, and its leading tokens the target's cache takes from the prompt before (a system prompt, a template)
+    # a mean prompt, and its leading tokens the caches take from the prompt before (a system prompt, a template)
     prompt_tokens = sum(map(len, prompts)) // len(prompts)
     reused_tokens = sum(reused_prompt_tokens(prompts)) // len(prompts)
     choice, targets = measure_and_choose(

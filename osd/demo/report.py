@@ -194,8 +194,8 @@ def machine_costs(
     charged to queries of the tails' mean length (`prefill_eq2_*`, `osd.cost_model.query_time`); `*_ceiling` at the
     rows' recorded offline ceilings (None without one). Each run at its gamma (`gammas`: "standard" and "online",
     which the ceiling shares); an adaptive one ("auto") at the gamma in 1..max_gamma whose query Eq. 2 predicts
-    fastest at its alpha. `c`, `verify_cost` and `gamma` are online
-    SD's (at the gamma its Eq. 2 took), `standard_c`, `standard_verify_cost` Standard SD's."""
+    fastest at its alpha. `c`, `verify_cost` and `gamma` are online SD's (at the gamma its Eq. 2 took),
+    `standard_c`, `standard_verify_cost` Standard SD's."""
     context = prompt_tokens + rows[0]["standard"]["target_tokens"] // (2 * len(rows[0]["queries"]))
     fixed = {g for g in gammas.values() if g != AUTO}
     measured: dict[int, tuple[float, float]] = {}  # gamma -> (c, verification) in steps
