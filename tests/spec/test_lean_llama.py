@@ -137,26 +137,43 @@ def test_a_prompt_takes_the_keys_and_values_it_shares_with_the_last_prompt(name,
     """A sequence's first forward computes only the tokens after those it shares with the last prompt of the same
     weights; its logits, and those of the steps after it, are HF's forward's."""
     model = hf_attention_as_the_lean_step(draft_variants()[name].to(dtype))  # made outside inference mode
-    first = random_prompt(9, seed=3)
+    last = random_prompt(9, seed=3)
     with torch.inference_mode():
-        LeanLlamaCache(model).forward(first, 1)
+        LeanLlamaCache(model).forward(last, 1)
         for prompt, num_logits, reused in [
-            (shares_a_prefix(first, 5), 1, 5),
-            (shares_a_prefix(first, 5), 3, 6),  # the same prompt again: all but the tokens it needs logits of
-            (shares_a_prefix(first, 5), 6, 3),
-            (shares_a_prefix(first, 0), 1, 0),
+            (shares_a_prefix(last, 5), 1, 5),
+            (shares_a_prefix(last, 5), 3, 6),  # the same prompt again: all but the tokens it needs logits of
+            (shares_a_prefix(last, 5), 6, 3),
+            (shares_a_prefix(last, 0), 1, 0),
         ]:
             hf, lean = CachedModel(model, None), LeanLlamaCache(model)
-            assert_equal_up_to_rounding(lean.forward(prompt, num_logits), hf.forward(prompt, num_logits))
+            expected = hf_as_taken(hf, last, prompt, reused, num_logits)
+            assert_equal_up_to_rounding(lean.forward(prompt, num_logits), expected)
             assert lean.reused == reused and len(lean) == len(hf) == 9
+            last = prompt
             for tokens, drop in feeds(seed=4)[1:8]:
                 if drop:
                     hf.crop(len(hf) - drop)
                     lean.crop(len(lean) - drop)
                 n = tokens.shape[1]
                 assert_equal_up_to_rounding(lean.forward(tokens, n), hf.forward(tokens, n))
-        LeanLlamaCache(model, reuse_prompt=False).forward(first, 1)
+        LeanLlamaCache(model, reuse_prompt=False).forward(random_prompt(9, seed=3), 1)
     assert torch.equal(model_prompt(model), prompt[0])  # a cache that does not reuse leaves no prompt either
+
+
+def hf_as_taken(
+    hf: CachedModel, last: torch.Tensor, prompt: torch.Tensor, reused: int, num_logits: int
+) -> torch.Tensor:
+    """HF's logits of `prompt` [1, n] computed as a lean cache takes it: its first `reused` tokens within the forward
+    of the last prompt (`last` [1, m]), the rest after them (the same sums as the cache's, not one forward's);
+    `hf.features` then covers the whole prompt where it keeps states."""
+    hf.forward(last, 1)
+    taken = hf.features[:, :reused] if hf.hidden_layers else None
+    hf.crop(reused)
+    logits = hf.forward(prompt[:, reused:], num_logits)
+    if taken is not None:
+        hf.features = torch.cat([taken, hf.features], dim=1)  # [1, n, K H]
+    return logits
 
 
 def model_prompt(model: torch.nn.Module) -> torch.Tensor:
@@ -249,22 +266,25 @@ def test_the_kept_states_equal_hf_hidden_states_through_crops(layers, dtype):
     from the one before; the logits alike."""
     target = hf_attention_as_the_lean_step(tiny_llama(layers=3, seed=7, initializer_range=0.3).to(dtype))
     calls = feeds(seed=3)
-    prompt = calls[0][0]
+    last = calls[0][0]
     for reused in (0, 5):  # the second prompt takes the first's 5 leading tokens and their states
-        calls[0] = (shares_a_prefix(prompt, 5) if reused else prompt, 0)
+        prompt = shares_a_prefix(last, reused)
         hf, lean = CachedModel(target, None, layers), target_cache(target, hidden_layers=layers)
         assert isinstance(lean, LeanLlamaCache)
         with torch.inference_mode():
-            for tokens, drop in calls:
+            expected = hf_as_taken(hf, last, prompt, reused, 1) if reused else hf.forward(prompt, 1)
+            assert_equal_up_to_rounding(lean.forward(prompt, 1), expected)
+            assert lean.reused == reused and lean.features.shape[1] == prompt.shape[1]
+            assert_equal_up_to_rounding(lean.features, hf.features)
+            for tokens, drop in calls[1:]:
                 if drop:
                     hf.crop(len(hf) - drop)
                     lean.crop(len(lean) - drop)
                 n = tokens.shape[1]
-                logits = 1 if len(lean) == 0 else n  # a prompt's last only: its other tokens may be taken
-                assert_equal_up_to_rounding(lean.forward(tokens, logits), hf.forward(tokens, logits))
+                assert_equal_up_to_rounding(lean.forward(tokens, n), hf.forward(tokens, n))
                 assert lean.features.shape == (1, n, len(layers) * target.config.hidden_size)
                 assert_equal_up_to_rounding(lean.features, hf.features)
-        assert lean.reused == reused
+        last = prompt
 
 
 @pytest.mark.parametrize("layout", available_layouts())
