@@ -28,7 +28,7 @@ from osd.results import write_result
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.evaluate import target_only_greedy
-from osd.spec.lean_llama import reused_prompt_tokens
+from osd.spec.lean_llama import prompt_sizes
 from osd.spec.serving_choice import measure_and_choose, retype_draft
 from osd.streams import abrupt_stream, load_sources
 from osd.user_errors import run_main
@@ -54,15 +54,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def serve(
-    method: str, engine: SpeculativeDecoder, prompts: list[torch.Tensor], max_new_tokens: int, reuse: bool
+    method: str, engine: SpeculativeDecoder, prompts: list[torch.Tensor], max_new_tokens: int, eos: int | None
 ) -> tuple[int, float]:
-    """(tokens, seconds) of serving `prompts` in turn by `method` (METHODS), prefixes taken where `reuse`."""
-    eos = engine.target.generation_config.eos_token_id
-    eos = eos[0] if isinstance(eos, list) else eos
+    """(tokens, seconds) of serving `prompts` in turn by `method` (METHODS), prefixes taken where the engine's
+    `reuse_prompt`, ending at `eos` (the tokenizer's, as the main job's)."""
     tokens, start = 0, time.perf_counter()
     for prompt in prompts:
         if method == "target alone":
-            tokens += len(target_only_greedy(engine.target, prompt, max_new_tokens, eos, reuse))
+            tokens += len(target_only_greedy(engine.target, prompt, max_new_tokens, eos, engine.reuse_prompt))
         else:
             tokens += engine.generate(prompt, max_new_tokens, eos_token_id=eos).generated_ids.shape[1]
     return tokens, time.perf_counter() - start
@@ -77,8 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
     stream = abrupt_stream(load_sources(args.domains), [args.per_domain] * len(args.domains))
     ids = [encode_prompt(tokenizer, user_query(record)) for record in stream]
     prompts = [torch.tensor([p]) for p in ids]  # [1, T] each
-    prompt_tokens = sum(map(len, ids)) // len(ids)  # a mean prompt, and its tokens shared with the one before
-    reused = sum(reused_prompt_tokens(ids)) // len(ids)
+    prompt_tokens, reused = prompt_sizes(ids)  # a mean prompt, and its tokens shared with the one before
     draft = apply_draft_vocab(load_model(args.draft, None, None).eval())
     choice, targets = measure_and_choose(
         load_model(args.target, None, None).eval(), draft, 0.4, 5, prompt_tokens, args.max_new_tokens,
@@ -91,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
         for reuse in (False, True):
             for method in METHODS:
                 engine = SpeculativeDecoder(draft, models[method], gamma=choice.gamma, reuse_prompt=reuse)
-                tokens, seconds = serve(method, engine, prompts, args.max_new_tokens, reuse)
+                tokens, seconds = serve(method, engine, prompts, args.max_new_tokens, tokenizer.eos_token_id)
                 if seconds < best.get((method, reuse), (0, float("inf")))[1]:
                     best[method, reuse] = tokens, seconds
     rate = {key: tokens / seconds for key, (tokens, seconds) in best.items()}

@@ -68,7 +68,7 @@ from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.drafter import Drafter
 from osd.spec.gamma import AUTO as ADAPTIVE
 from osd.spec.gamma import NEEDS_PROPOSALS, Gamma, add_gamma_flag
-from osd.spec.lean_llama import reused_prompt_tokens
+from osd.spec.lean_llama import prompt_sizes
 from osd.spec.serving_choice import (
     AUTO,
     DTYPES,
@@ -291,10 +291,8 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
     draft, standard = load_drafts(args, online, tokenizer)
     standard = standard.to(args.device)  # the Trainer moves `draft`
     dataset = ConversationDataset(out / "stream.json", tokenizer, model_max_length=512)
-    prompts = [dataset[i]["prompt_ids"] for i in range(len(dataset))]
     # a mean prompt, and its leading tokens the caches take from the prompt before (a system prompt, a template)
-    prompt_tokens = sum(map(len, prompts)) // len(prompts)
-    reused_tokens = sum(reused_prompt_tokens(prompts)) // len(prompts)
+    prompt_tokens, reused_tokens = prompt_sizes([dataset[i]["prompt_ids"] for i in range(len(dataset))])
     choice, targets = measure_and_choose(
         load_model(args.target, None, None).eval(), apply_draft_vocab(standard), args.expected_alpha,
         args.max_gamma, prompt_tokens, args.max_new_tokens, args.dtype, args.linears, args.gamma, args.device,

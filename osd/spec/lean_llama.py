@@ -507,6 +507,12 @@ def reused_prompt_tokens(prompts: Sequence[Sequence[int]]) -> list[int]:
     return [0][: len(prompts)] + taken
 
 
+def prompt_sizes(prompts: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """(tokens, positions taken from the prompt before) of a mean prompt of `prompts` served in turn, rounded down:
+    what a timed prefill charges a query (`osd.spec.timing.prefill_time`)."""
+    return sum(map(len, prompts)) // len(prompts), sum(reused_prompt_tokens(prompts)) // len(prompts)
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """RoPE of x [B, heads, n, D] with cos and sin [B, 1, n, D], the sin's first half negated: HF's
     apply_rotary_pos_emb, x * cos + cat(-x2, x1) * sin, with the halves swapped by one roll (negation is exact, so

@@ -134,9 +134,9 @@ def measure(
 ) -> tuple[dict[str, Measured], float]:
     """Time each layout's prefill of `context` tokens (the first `reused` held already, `pass_times`) and its
     passes over 1..max_gamma + 1 tokens after it, and `draft`'s step in chains of max_gamma between passes of the
-    layout stepping fastest so far (`chain_step_time`), taking the best of `rounds` rounds that visit every layout and then the draft in turn
-    (load that comes and goes then hits all alike; the first round pays each model's set-up). Returns the
-    layouts' figures and the draft's step in seconds."""
+    layout stepping fastest so far (`chain_step_time`), taking the best of `rounds` rounds that visit every layout
+    and then the draft in turn (load that comes and goes then hits all alike; the first round pays each model's
+    set-up). Returns the layouts' figures and the draft's step in seconds."""
     best = {name: [float("inf")] * (max_gamma + 2) for name in models}
     draft_s = float("inf")
     for _ in range(rounds):
@@ -266,9 +266,10 @@ def measure_and_choose(
     reused_tokens: int = 0,
 ) -> tuple[Choice, dict[str, PreTrainedModel]]:
     """Build every layout on offer on `device` from `target` (CPU, in its stored dtype), time them (prompts of
-    `prompt_tokens`, the first `reused_tokens` held from the prompt before) and `draft` (as it will serve, on `device`), and choose for queries of `new_tokens`; a
-    forced `dtype`, `layout` or `gamma` narrows the speculative choice only (the baseline is always the
-    fastest of all). Returns the choice and the models it needs (its baseline and its layout)."""
+    `prompt_tokens`, the first `reused_tokens` held from the prompt before) and `draft` (as it will serve, on
+    `device`), and choose for queries of `new_tokens`; a forced `dtype`, `layout` or `gamma` narrows the speculative
+    choice only (the baseline is always the fastest of all). Returns the choice and the models it needs (its
+    baseline and its layout)."""
     models = {name: serving_copy(target, name).to(device) for name in available_layouts(device=device)}
     measured, draft_s = measure(
         models, draft, max_gamma if gamma is None else gamma, prompt_tokens, reused=reused_tokens

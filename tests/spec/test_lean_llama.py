@@ -210,6 +210,7 @@ def test_the_positions_reused_serving_prompts_in_turn():
     prompts = [[5, 6, 7], [5, 6, 8, 9], [5, 6], [4], [4, 1]]
     assert lean_llama.reused_prompt_tokens(prompts) == [0, 2, 1, 0, 1]
     assert lean_llama.reused_prompt_tokens([]) == [] and lean_llama.reused_prompt_tokens([[3]]) == [0]
+    assert lean_llama.prompt_sizes(prompts) == (12 // 5, 4 // 5)  # means, rounded down
 
 
 @torch.inference_mode()
