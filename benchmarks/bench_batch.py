@@ -214,10 +214,9 @@ def stops_paying(rows: list[dict]) -> dict[str, int | None]:
 
 def plot(rows: list[dict], path: Path) -> None:
     """Speedup over the fastest target alone against batch size, one line per gamma."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from osd.plots import save_figure  # it selects matplotlib's file-only backend
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for gamma in dict.fromkeys(r["gamma"] for r in rows):
@@ -236,8 +235,7 @@ def plot(rows: list[dict], path: Path) -> None:
     )
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -153,10 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def plot(rows: list[dict], domains: list[str], path: Path) -> None:
     """Speedup over the target alone against fixed gamma, one line per domain; auto as a dashed level."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from osd.plots import save_figure  # it selects matplotlib's file-only backend
 
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for i, domain in enumerate(domains):
@@ -176,8 +175,7 @@ def plot(rows: list[dict], domains: list[str], path: Path) -> None:
     ax.set(xlabel="fixed gamma", ylabel="speedup over the target alone (B = 1)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -132,10 +132,9 @@ def compare_to_demo(rows: list[dict], summary_path: str, opts: argparse.Namespac
 
 def plot_throughput(rows: list[dict], path: Path) -> None:
     """tokens/s against concurrency, one line per run (target only, + Standard, + OSD)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from osd.plots import save_figure  # it selects matplotlib's file-only backend
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for run in dict.fromkeys(r["run"] for r in rows):
@@ -147,8 +146,7 @@ def plot_throughput(rows: list[dict], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:

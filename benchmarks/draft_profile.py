@@ -46,6 +46,7 @@ from osd.distill.config import DataArguments, DistillTrainingArguments, ModelArg
 from osd.distill.experiment import run as run_experiment  # noqa: E402
 from osd.distill.lm_training import num_params  # noqa: E402
 from osd.paths import DOMAINS, TARGET_PATH, repo_relative, workload_path  # noqa: E402
+from osd.plots import save_figure  # noqa: E402
 from osd.spec.draft_vocab import set_draft_vocab  # noqa: E402
 from osd.spec.gamma import DEMO, NEEDS_PROPOSALS, NO_POLICY, add_gamma_flag
 from osd.spec.timing import machine, step_time  # noqa: E402
@@ -129,7 +130,7 @@ def plot(rows: list[dict], target_ms: float, path: Path) -> None:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -206,10 +206,9 @@ def markdown(args: Table1Args, num_eval: int, digests: dict, standard: dict, row
 
 def heatmap(args: Table1Args, standard: dict, rows: list[dict], path: Path) -> None:
     """Alpha per (sample source, divergence), coloured by its change from Standard."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from osd.plots import save_figure  # it selects matplotlib's file-only backend
 
     alpha = {(r["sample_source"], r["kl_method"]): r["alpha"] for r in rows}
     grid = torch.tensor([[alpha[s, k] for k in args.kl_methods] for s in args.sample_sources])  # [S, K]
@@ -232,8 +231,7 @@ def heatmap(args: Table1Args, standard: dict, rows: list[dict], path: Path) -> N
     )
     fig.colorbar(image, ax=ax, label="alpha - Standard")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def default_paths(args: Table1Args) -> None:

@@ -25,6 +25,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from osd.conversations import load_conversations  # noqa: E402
 from osd.datafiles import refuse_foreign_file, refuse_overwrite, write_bytes, write_output  # noqa: E402
@@ -34,6 +36,33 @@ from osd.user_errors import positive_float, run_main  # noqa: E402
 
 Series = tuple[list[float], list[float]]  # x = queries served, y = alpha
 TOOL = "osd.plots"  # the writer named beside the images it writes
+DPI = 120  # of every figure the project writes
+PNG_COLOURS = 256  # a PNG's palette: line plots use few colours, and a palette PNG is a third of an RGBA one
+
+
+def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:
+    """`fig` (closed after) as the bytes of an image file in `fmt`; a PNG with a palette of PNG_COLOURS."""
+    image = io.BytesIO()
+    try:
+        fig.savefig(image, format=fmt, dpi=DPI)
+    finally:
+        plt.close(fig)
+    return palette_png(image.getvalue()) if fmt == "png" else image.getvalue()
+
+
+def palette_png(png: bytes) -> bytes:
+    """An opaque PNG's pixels with a palette of PNG_COLOURS (any alpha channel dropped)."""
+    palette = io.BytesIO()
+    rgb = Image.open(io.BytesIO(png)).convert("RGB")
+    rgb.quantize(PNG_COLOURS, method=Image.Quantize.MEDIANCUT).save(palette, "PNG", optimize=True)
+    return palette.getvalue()
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write `figure_bytes(fig)` to `path` (whole or not at all; its format from the suffix, PNG without one)."""
+    path = Path(path)
+    write_bytes(path, figure_bytes(fig, image_format(path)))
+    return path
 
 
 def read_log(path: str | Path) -> list[dict]:
@@ -170,12 +199,7 @@ def alpha_figure(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    image = io.BytesIO()
-    try:
-        fig.savefig(image, format=fmt, dpi=120)
-    finally:
-        plt.close(fig)
-    return image.getvalue()
+    return figure_bytes(fig, fmt)
 
 
 def check_served(entries: Sequence[dict], log: str, datasets: list[str], stream: str) -> None:

@@ -22,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 
+from osd.plots import save_figure  # noqa: E402
 from osd.results import markdown_table  # noqa: E402
 
 GAMMA_COLUMNS = {"gamma": "gamma", "alpha_simulated": "alpha (simulated)", "alpha": "alpha (live)",
@@ -136,8 +137,7 @@ def finish(fig, axes, path: Path) -> None:
         ax.legend(fontsize=8) if ax.get_legend_handles_labels()[0] else None
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def draft_size_rows(parts: dict[str, dict]) -> list[dict]:
