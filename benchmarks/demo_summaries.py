@@ -70,6 +70,15 @@ def machine_label(machine: dict) -> str:
     return f"{machine['cpu']}{', held to AVX2' if held else ''}"
 
 
+def over(measured: float, predicted: float | None) -> float | None:
+    """measured / predicted; None without a prediction (Eq. 2 where no gamma proposes)."""
+    return None if predicted is None else measured / predicted
+
+
+def ratio_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def run_row(name: str, summary: dict) -> dict:
     """One run's figures (`RUN_COLUMNS`'s, unformatted)."""
     rows, costs = summary["domains"], summary["costs"]
@@ -78,7 +87,7 @@ def run_row(name: str, summary: dict) -> dict:
     return {
         "file": name, "machine": machine_label(summary["machine"]), "layout": summary["serving"]["layout"],
         "target_alone_tokens_per_s": alone, "standard": standard, "online": online, "online_tokens_per_s": online_rate,
-        "standard_over_eq2": standard / costs["prefill_eq2_standard"], "online_over_eq2": online / costs["prefill_eq2_online"],
+        "standard_over_eq2": over(standard, costs["prefill_eq2_standard"]), "online_over_eq2": over(online, costs["prefill_eq2_online"]),
         "prefill_steps": costs["prefill"], "update_busy": summary["background_update_share"], "wall_s": summary["wall_s"],
     }  # fmt: skip
 
@@ -111,7 +120,7 @@ def tables(runs: list[dict], groups: list[dict]) -> str:
         {"file": f"`{r['file']}`", "target alone, tok/s": f"{r['target_alone_tokens_per_s']:.1f}",
          "Standard SD": f"{r['standard']:.2f}x", "online SD": f"{r['online']:.2f}x",
          "online, tok/s": f"{r['online_tokens_per_s']:.1f}",
-         "measured / Eq. 2 (Standard, online)": f"{r['standard_over_eq2']:.2f}, {r['online_over_eq2']:.2f}",
+         "measured / Eq. 2 (Standard, online)": f"{ratio_cell(r['standard_over_eq2'])}, {ratio_cell(r['online_over_eq2'])}",
          "prefill": f"{r['prefill_steps']:.2f} ({r['layout']})", "update busy": f"{r['update_busy']:.2f}",
          "job": minutes(r["wall_s"])}
         for r in runs
