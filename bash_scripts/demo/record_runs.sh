@@ -36,7 +36,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
     while [ -e "$FOLDER/${prefix}_$n.json" ]; do n=$((n + 1)); done
     run="$RUNS/${prefix#summary_}_$n"
     rm -rf "$run"  # a run killed before: its timings would not be one run's
-    hold=()
+    # held: bash_scripts/hold_to_avx2.sh's limits; as_is: none, even where this script was called held
+    hold=(env -u ATEN_CPU_CAPABILITY -u ONEDNN_MAX_CPU_ISA -u MKL_ENABLE_INSTRUCTIONS -u NUMBA_CPU_NAME -u NUMBA_CPU_FEATURES)
     [ "$mode" = held ] && hold=(bash "$ROOT/bash_scripts/hold_to_avx2.sh")
     echo "record_runs.sh: round $round, $mode -> $run" >&2
     "${hold[@]}" bash "$ROOT/bash_scripts/demo.sh" --output_dir "$run" "$@" > "$run.log" 2>&1 || {

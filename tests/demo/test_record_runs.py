@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from osd.paths import TINY_DRAFT_PATH, TINY_TEACHER_PATH
+from osd.spec.timing import ISA_LIMITS
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bash_scripts" / "demo" / "record_runs.sh"
@@ -17,7 +19,9 @@ TINY = ["--target", str(TINY_TEACHER_PATH), "--draft", str(TINY_DRAFT_PATH), "--
 
 
 def record(folder: Path, cwd: Path, runs: Path, modes: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ROUNDS": "1", "MODES": modes, "RUNS": str(runs)}
+    """The script called as from a shell held to AVX2 (its as_is runs must run without the limits)."""
+    held = {name: "" for name in ISA_LIMITS} | {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    env = {**os.environ, **held, "ROUNDS": "1", "MODES": modes, "RUNS": str(runs)}
     return subprocess.run(["bash", str(SCRIPT), str(folder), *TINY], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)  # fmt: skip
 
@@ -36,6 +40,9 @@ def test_runs_are_recorded_numbered_on_and_tabulated(tmp_path):
         f"summary_{held}{cpu}_{commit}_{n}.json" for held in ("avx2_held_", "") for n in (1, 2)
     )
     assert (runs / f"avx2_held_{cpu}_{commit}_2" / "summary.json").is_file()
+    held = json.loads((folder / f"summary_avx2_held_{cpu}_{commit}_1.json").read_text())["machine"]
+    as_is = json.loads((folder / f"summary_{cpu}_{commit}_1.json").read_text())["machine"]
+    assert sorted(held["isa_limits"]) == sorted(ISA_LIMITS) and "isa_limits" not in as_is
     tables = done.stdout
     assert "| `summary_avx2_held_" in tables and ", held to AVX2 | 2 |" in tables
 
