@@ -47,7 +47,9 @@ from osd.spec.weight_major import bf16_cpu_inference, retype_cpu_linears
 
 MAX_ROWS = 8  # input rows a kernel call multiplies (in groups of up to GROUP_ROWS); longer inputs take blocks
 GROUP_ROWS = 4  # rows a tile's weights are multiplied with at once: 8 accumulators of AVX2's 16 registers
-UNROLL = {1: 4, 2: 2, 3: 1, 4: 1}  # steps along `in` a loop iteration takes, by group rows: 6-8 accumulators
+# steps along `in` a loop iteration takes, by group rows: 8-12 accumulators, each its own chain of FMAs, so that
+# two FMA ports with a 4-cycle latency always have 8 to issue (3 rows at 1 step: 6 chains, the loop latency-bound)
+UNROLL = {1: 4, 2: 2, 3: 2, 4: 1}
 K_MULTIPLE = 4  # `in` is padded to this (the largest unroll)
 PREFETCH_WORDS = 4096  # how far ahead a group prefetches the weights into L2 (32-bit words: 16 KiB)
 # the fewest rows of a group that always prefetches, by vector lanes: on an AMD EPYC a one-row group is bound by
