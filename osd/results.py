@@ -30,8 +30,9 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
 
 
 def command_line(module: str, argv: Sequence[str] | None = None) -> str:
-    """`python -m {module} ARGS`: the command that ran `module` with `argv` (default: this process's)."""
-    args = sys.argv[1:] if argv is None else list(argv)
+    """`python -m {module} ARGS`: the command that ran `module` with `argv` (default: this process's), a path
+    inside this repository given whole as an argument made relative to its root (`repo_relative`)."""
+    args = repo_relative(sys.argv[1:] if argv is None else list(argv))
     return " ".join(["python -m", module, *args])
 
 

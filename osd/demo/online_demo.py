@@ -63,6 +63,7 @@ from osd.models import load_head_drafter, load_model, load_tokenizer
 from osd.online.config import OnlineArguments, add_online_flags, online_arguments
 from osd.online.records import QueryStats, tail_length
 from osd.paths import DOMAINS, DRAFT_PATH, REPO_ROOT, TARGET_PATH, WORKLOAD_DIR, repo_relative
+from osd.results import command_line
 from osd.spec import SpeculativeDecoder
 from osd.spec.draft_vocab import apply_draft_vocab
 from osd.spec.drafter import Drafter
@@ -320,8 +321,7 @@ def run(args: argparse.Namespace, out: Path, argv: list[str]) -> dict:
         head_run = serve_online(args, head_online, out / "head", args.head_learning_rate, models, args.head_ceiling,
                                 *common, run_name=args.run_name and f"{args.run_name}-head")  # fmt: skip
 
-    command = "python -m osd.demo.online_demo " + " ".join(argv)
-    summary = {"command": command.strip(), "machine": machine(args.device), **run_summary(main_run),
+    summary = {"command": command_line("osd.demo.online_demo", argv), "machine": machine(args.device), **run_summary(main_run),
                "wall_s": time.perf_counter() - start, "args": vars(args), "serving": choice.summary()}  # fmt: skip
     if head_run is not None:
         summary["head"] = {"head_path": args.compare_head, **run_summary(head_run)}
