@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -33,6 +34,12 @@ SUMMARY_KEYS = ("machine", "costs", "domains", "serving", "wall_s", "background_
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="+", help="summary.json files, or folders of summary*.json files")
+    ap.add_argument(
+        "--by_name",
+        action="store_true",
+        help="group the runs by file name without its run number (summary_<machine>_<commit>: a commit's runs apart "
+        "from another's), not by machine alone",
+    )
     ap.add_argument("--out", default=None, help="also write the tables' figures here as JSON")
     return ap.parse_args(argv)
 
@@ -62,6 +69,12 @@ def read_summary(path: Path) -> dict:
         raise ValueError(f"{path}: not a main job's summary.json (no {', '.join(missing)}; "
                          "python -m osd.demo.online_demo writes them)")  # fmt: skip
     return summary
+
+
+def run_name(file: str) -> str:
+    """A summary's file name without its run number and suffix: `summary_intel_xeon_9fe0846_2.json` ->
+    `summary_intel_xeon_9fe0846`."""
+    return re.sub(r"(_\d+)?\.json$", "", file)
 
 
 def machine_label(machine: dict) -> str:
@@ -139,8 +152,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     files = summary_files(args.paths)
     runs = [run_row(path.name, read_summary(path)) for path in files]
-    machines = list(dict.fromkeys(r["machine"] for r in runs))  # in the order first read
-    groups = [group_row(m, [r for r in runs if r["machine"] == m]) for m in machines]
+    keys = [f"{r['machine']} ({run_name(r['file'])})" if args.by_name else r["machine"] for r in runs]
+    groups = [  # in the order first read
+        group_row(key, [r for r, k in zip(runs, keys, strict=True) if k == key])
+        for key in dict.fromkeys(keys)
+    ]
     print(tables(runs, groups))
     result = {"command": command_line("benchmarks.demo_summaries", argv), "runs": runs, "groups": groups}
     if args.out:

@@ -76,3 +76,16 @@ def test_files_that_are_not_summaries_are_named(tmp_path):
     bad.write_text("{")
     with pytest.raises(ValueError, match="summary.json: not JSON"):
         demo_summaries.main([str(bad)])
+
+
+def test_by_name_keeps_each_commits_runs_apart(tmp_path):
+    for name, sd_s in (
+        ("summary_m_aaa_1.json", 8.0),
+        ("summary_m_aaa_2.json", 10.0),
+        ("summary_m_bbb_1.json", 5.0),
+    ):
+        (tmp_path / name).write_text(json.dumps(summary("A", False, sd_s, 5.0, 100.0)))
+    assert [g["runs"] for g in demo_summaries.main([str(tmp_path)])["groups"]] == [3]
+    groups = demo_summaries.main([str(tmp_path), "--by_name"])["groups"]
+    assert [(g["machine"], g["runs"]) for g in groups] == [("A (summary_m_aaa)", 2), ("A (summary_m_bbb)", 1)]
+    assert groups[0]["standard"]["median"] == pytest.approx((1.25 + 1.0) / 2)
