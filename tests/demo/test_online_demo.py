@@ -81,8 +81,11 @@ def test_online_demo_serves_distils_and_reports_alpha_and_latency(tmp_path, caps
     assert (out / "alpha.png").stat().st_size > 0 and (out / "draft" / "config.json").exists()
     written = json.loads((out / "summary.json").read_text())
     assert written["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    assert written["args"]["draft_serving_dtype"] == "bfloat16" and written["command"].startswith(
-        "python -m osd.demo.online_demo --target osd/demo/models/tiny/teacher "  # given whole: no machine path
+    assert (
+        written["args"]["draft_serving_dtype"] == "bfloat16"
+        and written["command"].startswith(
+            "python -m osd.demo.online_demo --target osd/demo/models/tiny/teacher "  # given whole: no machine path
+        )
     )
 
 
