@@ -5,7 +5,8 @@ The main job (`bash bash_scripts/demo.sh`) writes a summary.json per run; a resu
 tabulate: tokens/s of the target alone, Standard and online SD's speedups over it, each over its Eq. 2 (with the
 measured costs, each query charged its prefill), the prefill a query pays (in served target steps), the update's
 busy share and the job's time; then, for the runs of each machine (held to AVX2 or not), the medians with their
-ranges, as the README's headline rows give them. --out: the same as JSON, with the command that wrote it.
+ranges, as the README's headline rows give them (--by_name: per file name without its run number, so a commit's
+runs apart from another's). --out: the same as JSON, with the command that wrote it.
 
     python -m benchmarks.demo_summaries benchmarks/results/online_demo/v13_prompt_reuse
     python -m benchmarks.demo_summaries outputs/run_1/summary.json outputs/run_2/summary.json --out outputs/runs.json
