@@ -22,8 +22,7 @@ from pathlib import Path
 
 from osd.datafiles import read_text
 from osd.demo.report import speedups_over_alone, tokens_per_s, total_row
-from osd.paths import repo_relative
-from osd.results import command_line, markdown_table
+from osd.results import command_line, markdown_table, write_json
 from osd.user_errors import run_main
 
 RUN_COLUMNS = ("file", "target alone, tok/s", "Standard SD", "online SD", "online, tok/s",
@@ -161,10 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(tables(runs, groups))
     result = {"command": command_line("benchmarks.demo_summaries", argv), "runs": runs, "groups": groups}
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(repo_relative(result), indent=1))
-        print(f"wrote {out}")
+        write_json(args.out, result)
     return result
 
 

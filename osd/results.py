@@ -53,11 +53,16 @@ def write_result(
     """One JSON file at `out` (its folder made): the command that wrote it (`command_line(module, argv)`), the
     machine, the arguments and `record`; returns what it wrote, before paths were made repository-relative."""
     result = {"command": command_line(module, argv), "machine": machine(), "args": vars(args), **record}
+    write_json(out, result)
+    return result
+
+
+def write_json(out: str | Path, result: dict) -> None:
+    """`result` as JSON at `out` (its folder made), its paths made repository-relative (`repo_relative`)."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(repo_relative(result), indent=1))
     print(f"wrote {path}")
-    return result
 
 
 def write_part(out: Path, name: str, module: str, argv: Sequence[str] | None, record: dict) -> Path:

@@ -94,7 +94,7 @@ def draft_cache(
     """The draft's cache for one sequence: the lean step where `lean` and `supports_lean_step` (plain bf16
     layers packed where oneDNN has bf16 kernels; `reuse_prompt`: as `LeanLlamaCache`'s), else HF's forward."""
     if lean and encoder_input_ids is None and supports_lean_step(model):
-        return LeanLlamaCache(model, True, (), reuse_prompt)
+        return LeanLlamaCache(model, pack_plain=True, reuse_prompt=reuse_prompt)
     return CachedModel(model, encoder_input_ids)
 
 
