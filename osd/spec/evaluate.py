@@ -14,6 +14,7 @@ from osd.spec.decoder import SpeculativeDecoder
 from osd.spec.gamma import DEFAULT, Gamma
 from osd.spec.lean_llama import target_cache
 from osd.spec.records import SpecOutput
+from osd.spec.sampling import greedy
 
 
 @dataclass
@@ -72,7 +73,7 @@ def target_only_greedy(
     logits = cache.forward(input_ids, 1)  # [1, V]
     generated: list[int] = []
     while True:
-        token = int(logits[0].argmax())
+        token = int(greedy(logits[0]))
         generated.append(token)
         if token == eos_id or len(generated) == max_new_tokens:
             return generated

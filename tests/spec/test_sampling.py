@@ -28,7 +28,12 @@ def test_greedy_is_argmax_with_its_first_index_among_ties(dtype):
     logits = (torch.randint(0, 6, (16, 3, 4096), generator=gen) * 0.5).to(dtype)  # a few values: many ties
     logits[..., ::3] = float("-inf")
     assert torch.equal(greedy(logits), logits.argmax(-1))
+    assert torch.equal(greedy(logits[0, 0]), logits[0, 0].argmax())  # one row: a 0-dim index
+    assert torch.equal(greedy(logits[:, :, 1::2]), logits[:, :, 1::2].argmax(-1))  # a strided view
     assert greedy(torch.tensor([[1.0, 3.0, 3.0, 2.0]], dtype=dtype)).tolist() == [1]
+    nan = float("nan")
+    assert greedy(torch.tensor([[1.0, nan, 3.0, nan]], dtype=dtype)).tolist() == [1]  # NaN first, as argmax
+    assert greedy(logits.requires_grad_()).dtype == torch.long
 
 
 def test_top_p_keeps_the_smallest_nucleus_and_renormalises():
